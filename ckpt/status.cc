@@ -1,0 +1,39 @@
+#include "ckpt/status.h"
+
+namespace ckpt {
+
+std::string_view CodeName(Code code) {
+  switch (code) {
+    case Code::kOk: return "OK";
+    case Code::kInvalidArgument: return "InvalidArgument";
+    case Code::kNotFound: return "NotFound";
+    case Code::kAlreadyExists: return "AlreadyExists";
+    case Code::kCorruption: return "Corruption";
+    case Code::kIOError: return "IOError";
+    case Code::kNoSpace: return "NoSpace";
+    case Code::kTimeout: return "Timeout";
+    case Code::kAborted: return "Aborted";
+    case Code::kFailedPrecondition: return "FailedPrecondition";
+    case Code::kUnimplemented: return "Unimplemented";
+    case Code::kInternal: return "Internal";
+  }
+  return "Unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  std::string s(CodeName(code_));
+  s += ": ";
+  s += message_;
+  return s;
+}
+
+Status Status::WithContext(std::string_view context) const {
+  if (ok()) return *this;
+  std::string m(context);
+  m += ": ";
+  m += message_;
+  return {code_, std::move(m)};
+}
+
+}  // namespace ckpt

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages ckpt needs, only those missing. Idempotent.
+set -euo pipefail
+PKGS=(build-essential cmake pkg-config git libhdf5-dev hdf5-tools libzstd-dev zstd libssl-dev
+      libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libgtest-dev googletest
+      python3 python3-h5py python3-numpy)
+if [[ "${CKPT_BENCH_DEPS:-0}" == 1 ]]; then PKGS+=(python3-torch python3-matplotlib); fi
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
