@@ -1,0 +1,45 @@
+// Chunk codec: optional HDF5-compatible byte shuffle + Zstandard.
+//
+// Encoding matches the HDF5 filter pipeline [shuffle (id 2), zstd (id 32015)]:
+// shuffle groups byte k of every element together, then the result is one
+// plain zstd frame. Decoding reverses it. Because ckpt compresses chunks itself
+// and writes them with HDF5 direct chunk writes, any HDF5 reader with the
+// 32015 plugin (ckpt/h5plugin) decodes the same bytes.
+//
+// Pure functions; thread-safe. Errors are kCorruption (bad frame, wrong size).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/status.h"
+
+namespace ckpt {
+
+enum class Compression { kNone, kZstd };
+
+std::string_view CompressionName(Compression c);  // "none" | "zstd"
+Result<Compression> ParseCompression(std::string_view name);
+
+inline constexpr unsigned kZstdFilterId = 32015;
+inline constexpr unsigned kShuffleFilterId = 2;
+
+struct CodecOptions {
+  Compression compression = Compression::kNone;
+  bool shuffle = true;  // only with zstd
+  int zstd_level = 1;
+};
+
+void ByteShuffle(std::span<const std::byte> in, size_t elem_size, std::span<std::byte> out);
+void ByteUnshuffle(std::span<const std::byte> in, size_t elem_size, std::span<std::byte> out);
+
+// raw -> stored bytes. With kNone the output equals the input.
+Result<std::vector<std::byte>> EncodeChunk(std::span<const std::byte> raw, size_t elem_size,
+                                           const CodecOptions& opts);
+// stored -> raw; raw_out.size() must be the decoded size exactly.
+Status DecodeChunk(std::span<const std::byte> stored, size_t elem_size, Compression compression,
+                   bool shuffle, std::span<std::byte> raw_out);
+
+}  // namespace ckpt

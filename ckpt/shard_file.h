@@ -1,0 +1,107 @@
+// Shard files: one HDF5 file per writing rank, written and read through Env.
+//
+// Layout (docs/FORMAT.md): each tensor shard is a chunked dataset
+// "/tensors/<key>@<offsets>[:<flat begin>-<flat end>]" whose shape is the
+// local box (or [n] for a flat-range shard, [1] for a rank-0 tensor) and whose
+// attributes carry key, dtype, global_shape, global_offset, local_shape,
+// replica_id, flat_range, chunk_elems, compression, shuffle. Chunks span whole
+// trailing dimensions, so chunk i is the contiguous flat range
+// [i * chunk_elems, (i + 1) * chunk_elems); the last one is padded with zeros
+// to full size as HDF5 stores edge chunks. Objects are uint8 datasets under
+// "/objects/<key>@<cell>". bf16 is stored as uint16 (attribute dtype says bf16),
+// fp16 as an IEEE half type, bool as uint8.
+//
+// ckpt encodes (codec.h) and SHA-256-hashes each chunk itself and writes it
+// with an HDF5 direct chunk write; the hash covers the stored bytes.
+//
+// Failure: any Env error inside HDF5 is captured and returned as that Status
+// (not a generic HDF5 error). A writer that is destroyed without Finish()
+// leaves an unsynced, unusable file. Not thread-safe: one thread per object
+// (and HDF5 calls are serialised process-wide by an internal mutex).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckpt/codec.h"
+#include "ckpt/env.h"
+#include "ckpt/sharded_tensor.h"
+#include "ckpt/status.h"
+
+namespace ckpt {
+
+struct ChunkRecord {
+  uint64_t file_offset = 0;  // byte address of the stored chunk in the file
+  uint64_t stored_size = 0;  // stored (encoded) bytes
+  std::string sha256;        // hex digest of the stored bytes
+};
+
+struct DatasetRecord {
+  std::string dataset;      // HDF5 path inside the file
+  int64_t chunk_elems = 0;  // elements per chunk; 0 when the shard is empty
+  Compression compression = Compression::kNone;
+  bool shuffle = false;
+  std::vector<ChunkRecord> chunks;
+};
+
+struct ShardWriteOptions {
+  CodecOptions codec;
+  int64_t chunk_bytes = 4 << 20;  // target raw bytes per chunk
+};
+
+// Dataset name for a tensor shard / object (escapes '/' in keys as "%2F").
+std::string TensorDatasetName(const ShardedTensor& meta);
+std::string ObjectDatasetName(const ShardedObject& meta);
+
+class ShardFileWriter {
+ public:
+  // Creates (truncates) `path` through env. `rank` is stored as a file attribute.
+  static Result<std::unique_ptr<ShardFileWriter>> Create(Env* env, const std::string& path, int rank);
+  ~ShardFileWriter();
+
+  Result<DatasetRecord> WriteTensor(const ShardedTensor& meta, std::span<const std::byte> data,
+                                    const ShardWriteOptions& opts);
+  Result<DatasetRecord> WriteObject(const ShardedObject& meta, std::span<const std::byte> bytes);
+
+  // Closes HDF5, fsyncs and closes the file. Any error: the save must abort.
+  Status Finish();
+  // Total size of the file after Finish().
+  uint64_t file_size() const;
+
+  struct Impl;
+
+ private:
+  explicit ShardFileWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Attributes of one dataset, as read back from the file (inspect, salvage).
+struct DatasetInfo {
+  std::string dataset;
+  bool is_object = false;
+  ShardedTensor meta;     // for tensors
+  ShardedObject object;   // for objects
+  DatasetRecord record;   // chunk layout (offsets/sizes from HDF5; sha256 empty)
+};
+
+class ShardFileReader {
+ public:
+  static Result<std::unique_ptr<ShardFileReader>> Open(Env* env, const std::string& path);
+  ~ShardFileReader();
+
+  // Stored bytes of chunk `index` of `dataset` (read through HDF5).
+  Result<std::vector<std::byte>> ReadChunk(const std::string& dataset, int64_t index);
+  // All datasets with their attributes and chunk layout.
+  Result<std::vector<DatasetInfo>> List();
+
+  struct Impl;
+
+ private:
+  explicit ShardFileReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ckpt
