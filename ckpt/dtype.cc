@@ -119,3 +119,28 @@ bool ElementIsNonFinite(DType t, const std::byte* d, int64_t i) {
 }
 
 }  // namespace ckpt
+
+namespace ckpt {
+
+// Exponent-all-ones test on the raw bits: no float conversion in the loop.
+template <typename U>
+static int64_t FindAllOnesExponent(const std::byte* data, int64_t n, U mask) {
+  for (int64_t i = 0; i < n; ++i) {
+    U v;
+    std::memcpy(&v, data + i * int64_t(sizeof(U)), sizeof(U));
+    if ((v & mask) == mask) return i;
+  }
+  return -1;
+}
+
+int64_t FindNonFinite(DType t, const std::byte* data, int64_t n) {
+  switch (t) {
+    case DType::kFloat32: return FindAllOnesExponent<uint32_t>(data, n, 0x7f800000u);
+    case DType::kFloat64: return FindAllOnesExponent<uint64_t>(data, n, 0x7ff0000000000000ull);
+    case DType::kBFloat16: return FindAllOnesExponent<uint16_t>(data, n, 0x7f80u);
+    case DType::kFloat16: return FindAllOnesExponent<uint16_t>(data, n, 0x7c00u);
+    default: return -1;
+  }
+}
+
+}  // namespace ckpt

@@ -60,3 +60,8 @@ double ElementAsDouble(DType t, const std::byte* data, int64_t i);
 bool ElementIsNonFinite(DType t, const std::byte* data, int64_t i);
 
 }  // namespace ckpt
+
+namespace ckpt {
+// Index of the first NaN/Inf among n elements, or -1 (always -1 for integers).
+int64_t FindNonFinite(DType t, const std::byte* data, int64_t n);
+}  // namespace ckpt

@@ -97,6 +97,9 @@ Result<std::string> ReadFileToString(Env* env, const std::string& path);
 Status WriteStringToFileSync(Env* env, const std::string& path, std::string_view data);
 // tmp file + Sync + Rename + SyncDir(parent): the file is replaced atomically and durably.
 Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data);
+// Creates a directory and its missing parents (mkdir -p), syncing each parent
+// whose entry list changed so the new directories survive power loss.
+Status CreateDirs(Env* env, const std::string& path);
 // Removes a directory tree (files and subdirectories) through the Env.
 Status RemoveTree(Env* env, const std::string& path);
 std::string JoinPath(const std::string& a, const std::string& b);

@@ -45,6 +45,20 @@ Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data)
   return env->SyncDir(DirName(path));
 }
 
+Status CreateDirs(Env* env, const std::string& path) {
+  CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
+  if (info.exists) {
+    if (!info.is_dir) return Status::AlreadyExists("'" + path + "' exists and is not a directory");
+    return Status::Ok();
+  }
+  const std::string parent = DirName(path);
+  if (parent != path) CKPT_RETURN_IF_ERROR(CreateDirs(env, parent));
+  Status st = env->CreateDir(path);
+  if (st.code() == Code::kAlreadyExists) return Status::Ok();  // raced with another creator
+  CKPT_RETURN_IF_ERROR(st);
+  return env->SyncDir(parent);
+}
+
 Status RemoveTree(Env* env, const std::string& path) {
   CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
   if (!info.exists) return Status::Ok();

@@ -1,1 +1,21 @@
-int main() { return 0; }
+// ckpt: sharded checkpoints for Megatron-style training jobs.
+#include <cstdio>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckpt: sharded checkpoint, reshard and reliability tool for Megatron-style training"};
+  app.require_subcommand(1);
+  int exit_code = ckpt::cli::kExitOk;
+  ckpt::cli::RegisterInspect(app, &exit_code);
+  ckpt::cli::RegisterVerify(app, &exit_code);
+  ckpt::cli::RegisterSave(app, &exit_code);
+  ckpt::cli::RegisterLoad(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : ckpt::cli::kExitError;
+  }
+  return exit_code;
+}

@@ -1,0 +1,204 @@
+// LoadCheckpoint: tracker -> manifest -> read plan -> hash-checked chunks.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/chunk_reader.h"
+#include "reshard/read_plan.h"
+
+namespace ckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::vector<reshard::SavedShard> SavedShards(const Manifest& m) {
+  std::vector<reshard::SavedShard> saved;
+  saved.reserve(m.shards.size());
+  for (const auto& s : m.shards) {
+    reshard::SavedShard ss{s.meta, s.file, s.record.chunk_elems, {}};
+    for (const auto& c : s.record.chunks) ss.chunk_stored_bytes.push_back(int64_t(c.stored_size));
+    saved.push_back(std::move(ss));
+  }
+  return saved;
+}
+
+// Fills every requested tensor of `state` from one verified manifest.
+Status LoadTensors(ShardedStateDict& state, const Manifest& m, ChunkReader& reader, LoadStats* stats) {
+  std::vector<ShardedTensor> requests;
+  for (const auto& t : state.tensors()) requests.push_back(t.meta);
+  CKPT_ASSIGN_OR_RETURN(reshard::ReadPlan plan, reshard::PlanReads(SavedShards(m), requests));
+
+  // Invert the plan: each distinct chunk is read once, then scattered to every request needing it.
+  struct Target { int request; const std::vector<reshard::CopyRun>* runs; };
+  std::map<std::pair<int, int64_t>, std::vector<Target>> by_chunk;
+  for (const auto& rp : plan.requests) {
+    if (rp.zero_fill_elems > 0) {
+      auto& buf = state.tensors()[rp.request].data;
+      std::memset(buf.data(), 0, buf.size());
+    }
+    stats->zero_filled += rp.zero_fill_elems;
+    for (const auto& cr : rp.reads) by_chunk[{cr.saved_shard, cr.chunk}].push_back({rp.request, &cr.runs});
+  }
+  // Visit chunks in (file, offset) order so each file is read front to back.
+  std::vector<std::pair<int, int64_t>> order;
+  for (const auto& [k, v] : by_chunk) order.push_back(k);
+  std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+    const ManifestShard &sa = m.shards[a.first], &sb = m.shards[b.first];
+    if (sa.file != sb.file) return sa.file < sb.file;
+    return sa.record.chunks[a.second].file_offset < sb.record.chunks[b.second].file_offset;
+  });
+  for (const auto& key : order) {
+    const ManifestShard& s = m.shards[key.first];
+    const size_t es = DTypeSize(s.meta.dtype);
+    CKPT_ASSIGN_OR_RETURN(auto chunk, reader.ReadDecoded(s.file, s.record, key.second, es,
+                                                         "tensor '" + s.meta.key + "'"));
+    for (const Target& t : by_chunk[key]) {
+      std::byte* dst = state.tensors()[t.request].data.data();
+      for (const auto& run : *t.runs) {
+        if (size_t(run.src + run.len) * es > chunk.size())
+          return Status::Corruption("tensor '" + s.meta.key + "': chunk " + std::to_string(key.second) +
+                                    " of " + reader.FilePath(s.file) + " is shorter than its layout");
+        std::memcpy(dst + run.dst * es, chunk.data() + run.src * es, size_t(run.len) * es);
+        stats->elements += run.len;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status LoadObjects(ShardedStateDict& state, const Manifest& m, ChunkReader& reader) {
+  std::map<std::pair<std::string, int64_t>, const ManifestObject*> index;
+  for (const auto& o : m.objects) index[{o.meta.key, o.meta.cell()}] = &o;
+  for (auto& want : state.objects()) {
+    auto it = index.find({want.meta.key, want.meta.cell()});
+    if (it == index.end())
+      return Status::NotFound("object '" + want.meta.key + "' cell " + std::to_string(want.meta.cell()) +
+                              " is not in checkpoint iteration " + std::to_string(m.iteration));
+    const ManifestObject& o = *it->second;
+    want.bytes.clear();
+    for (int64_t c = 0; c < int64_t(o.record.chunks.size()); ++c) {
+      CKPT_ASSIGN_OR_RETURN(auto bytes, reader.ReadDecoded(o.file, o.record, c, 1, "object '" + o.meta.key + "'"));
+      want.bytes.insert(want.bytes.end(), bytes.begin(), bytes.end());
+    }
+    want.bytes.resize(o.size);  // drop the padding of the last chunk
+  }
+  return Status::Ok();
+}
+
+Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration) {
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(env, opts.root, iteration));
+  LoadStats stats;
+  stats.iteration = m.iteration;
+  ChunkReader reader(env, JoinPath(opts.root, IterDirName(m.iteration)), &m, opts.verify_hashes);
+  CKPT_RETURN_IF_ERROR(LoadTensors(state, m, reader, &stats));
+  CKPT_RETURN_IF_ERROR(LoadObjects(state, m, reader));
+  stats.bytes_read = reader.bytes_read();
+  stats.chunks_read = reader.chunks_read();
+  stats.files_touched = reader.files_opened();
+  return stats;
+}
+
+bool WorthFallingBack(const Status& s) {
+  return s.code() == Code::kCorruption || s.code() == Code::kNotFound || s.code() == Code::kIOError;
+}
+
+Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
+  Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : ReadTracker(env, opts.root);
+  if (!opts.fallback) {
+    if (!tracked.ok()) return tracked.status();
+    return LoadIteration(state, opts, env, *tracked);
+  }
+  // Fallback: newest committed iteration (at or below the requested one) that loads and verifies.
+  CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, opts.root));
+  std::vector<std::string> skipped;
+  if (!tracked.ok()) skipped.push_back("tracker: " + tracked.status().ToString());
+  for (auto it = iters.rbegin(); it != iters.rend(); ++it) {
+    if (tracked.ok() && *it > *tracked) continue;
+    auto r = LoadIteration(state, opts, env, *it);
+    if (r.ok()) {
+      r->skipped = skipped;
+      return r;
+    }
+    if (!WorthFallingBack(r.status())) return r.status();
+    skipped.push_back(IterDirName(*it) + ": " + r.status().ToString());
+  }
+  std::string why = "no loadable checkpoint under '" + opts.root + "'";
+  for (const auto& s : skipped) why += "; " + s;
+  return Status::NotFound(why);
+}
+
+}  // namespace
+
+Result<int64_t> ReadTracker(Env* env, const std::string& root) {
+  const std::string path = JoinPath(root, kTrackerName);
+  CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
+  if (!info.exists) return Status::NotFound("no checkpoint tracker '" + path + "'");
+  CKPT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, path));
+  std::string_view v(text);
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ' || v.back() == '\r')) v.remove_suffix(1);
+  if (v.empty()) return Status::Corruption("checkpoint tracker '" + path + "' is empty");
+  if (!AllDigits(v) || v.size() > 18)
+    return Status::Corruption("checkpoint tracker '" + path + "' does not hold an iteration number: '" +
+                              std::string(v.substr(0, 40)) + "'");
+  return std::stoll(std::string(v));
+}
+
+Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root) {
+  CKPT_ASSIGN_OR_RETURN(auto names, env->ListDir(root));
+  std::vector<int64_t> iters;
+  for (const auto& n : names) {
+    auto it = ParseIterDirName(n);
+    if (!it.ok()) continue;
+    CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(JoinPath(root, n)));
+    if (info.is_dir) iters.push_back(*it);
+  }
+  std::sort(iters.begin(), iters.end());
+  return iters;
+}
+
+Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iteration) {
+  if (iteration < 0) {
+    CKPT_ASSIGN_OR_RETURN(iteration, ReadTracker(env, root));
+  }
+  const std::string dir = JoinPath(root, IterDirName(iteration));
+  CKPT_ASSIGN_OR_RETURN(FileInfo d, env->Stat(dir));
+  if (!d.is_dir) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
+  const std::string path = JoinPath(dir, kManifestName);
+  CKPT_ASSIGN_OR_RETURN(FileInfo f, env->Stat(path));
+  if (!f.exists)
+    return Status::Corruption("checkpoint directory '" + dir + "' has no manifest: not a committed checkpoint");
+  CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, path));
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes, path));
+  if (m.iteration != iteration)
+    return Status::Corruption("manifest '" + path + "' is for iteration " + std::to_string(m.iteration));
+  return m;
+}
+
+Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opts) {
+  const auto start = Clock::now();
+  Env* env = opts.env ? opts.env : DefaultEnv();
+  Result<LoadStats> r = LoadLocal(state, opts, env);
+  if (opts.comm && opts.comm->size() > 1) {
+    // Agree: a rank that failed makes every rank fail, naming it.
+    std::string mine = r.ok() ? "OK" + std::to_string(r->iteration) : "ERR" + r.status().ToString();
+    CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));
+    for (int i = 0; i < int(all.size()); ++i) {
+      if (all[i].rfind("ERR", 0) == 0 && i != opts.comm->rank())
+        return Status::Aborted("load failed on rank " + std::to_string(i) + ": " + all[i].substr(3));
+      if (r.ok() && all[i] != all[opts.comm->rank()])
+        return Status::Aborted("ranks loaded different iterations (rank " + std::to_string(i) + ": " +
+                               all[i].substr(2) + ")");
+    }
+  }
+  if (!r.ok()) return r.status().WithContext("load from '" + opts.root + "'");
+  r->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+}  // namespace ckpt

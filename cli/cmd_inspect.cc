@@ -1,0 +1,101 @@
+// ckpt inspect: what a checkpoint holds (tensors, shapes, dtypes, sizes, layout).
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "cli/commands.h"
+
+namespace ckpt::cli {
+namespace {
+
+struct TensorSummary {
+  DType dtype = DType::kFloat32;
+  Shape global_shape;
+  int shards = 0;
+  int64_t bytes = 0;
+  int64_t stored = 0;
+  std::string compression;
+};
+
+std::map<std::string, TensorSummary> Summarise(const Manifest& m) {
+  std::map<std::string, TensorSummary> out;
+  for (const auto& s : m.shards) {
+    TensorSummary& t = out[s.meta.key];
+    t.dtype = s.meta.dtype;
+    t.global_shape = s.meta.global_shape;
+    t.shards++;
+    t.bytes += s.meta.num_bytes();
+    for (const auto& c : s.record.chunks) t.stored += int64_t(c.stored_size);
+    t.compression = std::string(CompressionName(s.record.compression));
+  }
+  return out;
+}
+
+nlohmann::json ToJson(const Manifest& m, const std::string& root) {
+  nlohmann::json j;
+  j["root"] = root;
+  j["iteration"] = m.iteration;
+  j["format_version"] = m.format_version;
+  j["layout"] = m.layout;
+  j["metadata"] = m.metadata;
+  j["files"] = nlohmann::json::array();
+  for (const auto& f : m.files) j["files"].push_back({{"name", f.name}, {"rank", f.rank}, {"size", f.size}});
+  j["tensors"] = nlohmann::json::array();
+  for (const auto& [key, t] : Summarise(m))
+    j["tensors"].push_back({{"key", key}, {"dtype", std::string(DTypeName(t.dtype))}, {"global_shape", t.global_shape},
+                            {"shards", t.shards}, {"bytes", t.bytes}, {"stored_bytes", t.stored},
+                            {"compression", t.compression}});
+  j["objects"] = nlohmann::json::array();
+  for (const auto& o : m.objects)
+    j["objects"].push_back({{"key", o.meta.key}, {"cell", o.meta.cell()}, {"size", o.size}});
+  j["total_bytes"] = m.TotalTensorBytes();
+  j["total_file_bytes"] = m.TotalStoredBytes();
+  return j;
+}
+
+void PrintText(const Manifest& m, const std::string& root) {
+  std::printf("checkpoint %s  iteration %lld  format v%d\n", root.c_str(), static_cast<long long>(m.iteration),
+              m.format_version);
+  std::printf("layout   %s\n", m.layout.dump().c_str());
+  if (!m.metadata.empty()) std::printf("metadata %s\n", m.metadata.dump().c_str());
+  std::printf("files    %zu shard files, %lld bytes\n", m.files.size(), static_cast<long long>(m.TotalStoredBytes()));
+  std::printf("\n%-60s %-6s %-22s %6s %14s %14s\n", "tensor", "dtype", "global shape", "shards", "bytes", "stored");
+  for (const auto& [key, t] : Summarise(m))
+    std::printf("%-60s %-6s %-22s %6d %14lld %14lld\n", key.c_str(), std::string(DTypeName(t.dtype)).c_str(),
+                ShapeToString(t.global_shape).c_str(), t.shards, static_cast<long long>(t.bytes),
+                static_cast<long long>(t.stored));
+  for (const auto& o : m.objects)
+    std::printf("%-60s %-6s cell %-17lld %6d %14llu\n", o.meta.key.c_str(), "object",
+                static_cast<long long>(o.meta.cell()), 1, static_cast<unsigned long long>(o.size));
+  std::printf("\n%zu tensor shards, %zu objects, %lld tensor bytes\n", m.shards.size(), m.objects.size(),
+              static_cast<long long>(m.TotalTensorBytes()));
+}
+
+}  // namespace
+
+void RegisterInspect(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("inspect", "Show the tensors, shapes, dtypes, sizes and layout of a checkpoint");
+  auto root = std::make_shared<std::string>();
+  auto iter = std::make_shared<int64_t>(-1);
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("root", *root, "checkpoint root directory")->required();
+  cmd->add_option("--iter", *iter, "iteration (default: the tracker's)");
+  cmd->add_flag("--json", *json, "machine-readable output");
+  cmd->callback([=]() {
+    auto m = ReadManifest(DefaultEnv(), *root, *iter);
+    if (!m.ok()) {
+      std::fprintf(stderr, "ckpt inspect: %s\n", m.status().ToString().c_str());
+      *exit_code = kExitError;
+      return;
+    }
+    if (*json)
+      std::printf("%s\n", ToJson(*m, *root).dump(2).c_str());
+    else
+      PrintText(*m, *root);
+    *exit_code = kExitOk;
+  });
+}
+
+}  // namespace ckpt::cli

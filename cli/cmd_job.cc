@@ -1,0 +1,169 @@
+// ckpt save / ckpt load: a real multi-rank GPT job (run under mpirun) that
+// saves its Megatron-Core sharded state, or loads a checkpoint saved under any
+// layout into its own layout and checks every element.
+#include <chrono>
+#include <cstdio>
+
+#include "ckpt/checkpoint.h"
+#include "cli/commands.h"
+#include "cli/gpt_job.h"
+#include "reshard/gpt_config_json.h"
+
+namespace ckpt::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct JobFlags {
+  std::string root, model, layout = "tp=1", compression = "none";
+  int64_t iteration = -1;
+  int64_t chunk_kb = 4096;
+  int64_t timeout_ms = 60000;
+  bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false;
+};
+
+void AddCommon(CLI::App* cmd, JobFlags* f) {
+  cmd->add_option("--root", f->root, "checkpoint root directory")->required();
+  cmd->add_option("--layout", f->layout, "this job's layout, e.g. tp=4,pp=2,dp=1 (world = tp*cp*dp*pp)");
+  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective");
+  cmd->add_flag("--naive-fc1", f->naive_fc1, "negative control: register SwiGLU fc1 as a plain axis-0 slice");
+  cmd->add_flag("--json", f->json, "print the summary as JSON");
+}
+
+int Fail(const char* cmd, int rank, const Status& st) {
+  std::fprintf(stderr, "ckpt %s: rank %d: %s\n", cmd, rank, st.ToString().c_str());
+  return st.code() == Code::kCorruption ? kExitCheckFailed : kExitError;
+}
+
+double Secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int RunSave(const JobFlags& f) {
+  std::string name;
+  auto model = ResolveModel(f.model.empty() ? "tiny" : f.model, f.root, -1, &name);
+  if (!model.ok()) return Fail("save", -1, model.status());
+  auto job = StartGptJob(f.layout, *model, name, f.naive_fc1);
+  if (!job.ok()) return Fail("save", -1, job.status());
+  GptJob& j = **job;
+  Status st = j.state->FillExpected(model->vocab_size);
+  if (!st.ok()) return Fail("save", j.rank(), st);
+  auto comp = ParseCompression(f.compression);
+  if (!comp.ok()) return Fail("save", j.rank(), comp.status());
+
+  SaveOptions o;
+  o.root = f.root;
+  o.iteration = f.iteration < 0 ? 0 : f.iteration;
+  o.comm = j.comm.get();
+  o.timeout = Millis(f.timeout_ms);
+  o.write.codec.compression = *comp;
+  o.write.chunk_bytes = f.chunk_kb * 1024;
+  o.balance_replicas = !f.no_balance;
+  o.layout = reshard::LayoutToJson(j.layout);
+  o.metadata = {{"model", name}, {"gpt", reshard::GptConfigToJson(*model)}};
+  ShardedStateDict sd = j.state->StateDict();
+  if (!j.comm->Barrier(o.timeout, "start").ok()) return kExitError;
+  const auto t0 = Clock::now();
+  auto r = SaveCheckpoint(sd, o);
+  const double secs = Secs(t0);
+  if (!r.ok()) return Fail("save", j.rank(), r.status());
+  auto all = j.AllGatherJson({{"bytes", r->bytes_written}, {"file", r->file_bytes}});
+  if (!all.ok()) return Fail("save", j.rank(), all.status());
+  int64_t total = 0, mx = 0, mn = INT64_MAX;
+  for (const auto& a : *all) {
+    int64_t b = a["bytes"].get<int64_t>();
+    total += b;
+    mx = std::max(mx, b);
+    mn = std::min(mn, b);
+  }
+  json out = {{"op", "save"},      {"iteration", o.iteration}, {"layout", j.layout.ToString()},
+              {"model", name},     {"ranks", j.comm->size()},  {"bytes", total},
+              {"seconds", secs},   {"mb_per_s", total / 1e6 / secs},
+              {"max_rank_bytes", mx}, {"min_rank_bytes", mn}, {"phase_seconds", r->phase_seconds}};
+  if (f.json)
+    Print0(j, "%s\n", out.dump().c_str());
+  else
+    Print0(j, "save  iter %lld  %s  model %s: %.1f MB in %.3f s = %.0f MB/s; bytes per rank max %.1f MB / min %.1f MB (%.2fx)\n",
+           static_cast<long long>(o.iteration), j.layout.ToString().c_str(), name.c_str(), total / 1e6, secs,
+           total / 1e6 / secs, mx / 1e6, mn / 1e6, mn > 0 ? double(mx) / double(mn) : 0.0);
+  return kExitOk;
+}
+
+int RunLoad(const JobFlags& f) {
+  std::string name;
+  auto model = ResolveModel(f.model, f.root, f.iteration, &name);
+  if (!model.ok()) return Fail("load", -1, model.status());
+  auto job = StartGptJob(f.layout, *model, name, f.naive_fc1);
+  if (!job.ok()) return Fail("load", -1, job.status());
+  GptJob& j = **job;
+  LoadOptions o;
+  o.root = f.root;
+  o.iteration = f.iteration;
+  o.comm = j.comm.get();
+  o.timeout = Millis(f.timeout_ms);
+  o.fallback = f.fallback;
+  ShardedStateDict sd = j.state->StateDict();
+  if (!j.comm->Barrier(o.timeout, "start").ok()) return kExitError;
+  const auto t0 = Clock::now();
+  auto r = LoadCheckpoint(sd, o);
+  const double secs = Secs(t0);
+  if (!r.ok()) return Fail("load", j.rank(), r.status());
+  int64_t mismatches = 0;
+  std::string first_bad;
+  if (!f.no_check) {
+    auto bad = j.state->CountMismatches(model->vocab_size, &first_bad);
+    if (!bad.ok()) return Fail("load", j.rank(), bad.status());
+    mismatches = *bad;
+  }
+  auto all = j.AllGatherJson({{"bytes", r->bytes_read}, {"elements", r->elements + r->zero_filled},
+                              {"bad", mismatches}, {"first_bad", first_bad}, {"files", r->files_touched}});
+  if (!all.ok()) return Fail("load", j.rank(), all.status());
+  int64_t bytes = 0, elements = 0, bad = 0;
+  std::string where;
+  for (const auto& a : *all) {
+    bytes += a["bytes"].get<int64_t>();
+    elements += a["elements"].get<int64_t>();
+    bad += a["bad"].get<int64_t>();
+    if (where.empty()) where = a["first_bad"].get<std::string>();
+  }
+  auto saved = ReadManifest(DefaultEnv(), f.root, r->iteration);
+  std::string from = saved.ok() ? saved->layout.dump() : "?";
+  json out = {{"op", "load"},       {"iteration", r->iteration}, {"layout", j.layout.ToString()},
+              {"saved_layout", from}, {"ranks", j.comm->size()}, {"bytes", bytes},
+              {"seconds", secs},    {"mb_per_s", bytes / 1e6 / secs}, {"elements_checked", f.no_check ? 0 : elements},
+              {"mismatches", bad},  {"first_mismatch", where}};
+  if (f.json)
+    Print0(j, "%s\n", out.dump().c_str());
+  else
+    Print0(j, "load  iter %lld  %s <- %s: %.1f MB in %.3f s = %.0f MB/s; elements checked %lld, mismatches %lld%s%s\n",
+           static_cast<long long>(r->iteration), j.layout.ToString().c_str(), from.c_str(), bytes / 1e6, secs,
+           bytes / 1e6 / secs, static_cast<long long>(f.no_check ? 0 : elements), static_cast<long long>(bad),
+           where.empty() ? "" : " first at ", where.c_str());
+  return bad == 0 ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace
+
+void RegisterSave(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("save", "Save a GPT model state from a multi-rank job (run under mpirun)");
+  auto f = std::make_shared<JobFlags>();
+  AddCommon(cmd, f.get());
+  cmd->add_option("--iter", f->iteration, "iteration number")->required();
+  cmd->add_option("--model", f->model, "GPT preset (tiny, demo) or a GptConfig JSON");
+  cmd->add_option("--compress", f->compression, "none or zstd");
+  cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
+  cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
+  cmd->callback([=]() { *exit_code = RunSave(*f); });
+}
+
+void RegisterLoad(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("load", "Load a checkpoint into this job's layout and check every element");
+  auto f = std::make_shared<JobFlags>();
+  AddCommon(cmd, f.get());
+  cmd->add_option("--iter", f->iteration, "iteration (default: the tracker's)");
+  cmd->add_option("--model", f->model, "GPT preset or config JSON (default: the checkpoint's metadata)");
+  cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
+  cmd->add_flag("--no-check", f->no_check, "skip the element check");
+  cmd->callback([=]() { *exit_code = RunLoad(*f); });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,20 @@
+// The `ckpt` subcommands. Each Register* adds one CLI11 subcommand whose
+// callback sets the process exit code; the work is done by the libraries.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace ckpt::cli {
+
+// Exit codes: 0 success, 1 the check failed (verify found problems, mismatches),
+// 2 usage or operational error (bad input, IO error, missing checkpoint).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitCheckFailed = 1;
+inline constexpr int kExitError = 2;
+
+void RegisterInspect(CLI::App& app, int* exit_code);
+void RegisterVerify(CLI::App& app, int* exit_code);
+void RegisterSave(CLI::App& app, int* exit_code);
+void RegisterLoad(CLI::App& app, int* exit_code);
+
+}  // namespace ckpt::cli

@@ -1,0 +1,73 @@
+#include "reshard/gpt_config_json.h"
+
+namespace ckpt::reshard {
+
+using nlohmann::json;
+
+json GptConfigToJson(const GptConfig& c) {
+  return {{"vocab_size", c.vocab_size},
+          {"hidden", c.hidden},
+          {"ffn_hidden", c.ffn_hidden},
+          {"num_layers", c.num_layers},
+          {"num_heads", c.num_heads},
+          {"num_query_groups", c.num_query_groups},
+          {"kv_channels", c.kv_channels},
+          {"swiglu", c.swiglu},
+          {"tied_embeddings", c.tied_embeddings},
+          {"add_bias_linear", c.add_bias_linear},
+          {"qkv_bias", c.qkv_bias},
+          {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
+          {"dtype", std::string(DTypeName(c.dtype))},
+          {"first_stage_layers", c.first_stage_layers},
+          {"last_stage_layers", c.last_stage_layers},
+          {"stack_layers", c.stack_layers}};
+}
+
+Result<GptConfig> GptConfigFromJson(const json& j) {
+  GptConfig c;
+  try {
+    c.vocab_size = j.at("vocab_size").get<int64_t>();
+    c.hidden = j.at("hidden").get<int64_t>();
+    c.ffn_hidden = j.at("ffn_hidden").get<int64_t>();
+    c.num_layers = j.at("num_layers").get<int>();
+    c.num_heads = j.at("num_heads").get<int>();
+    c.num_query_groups = j.value("num_query_groups", 0);
+    c.kv_channels = j.value("kv_channels", int64_t{0});
+    c.swiglu = j.value("swiglu", true);
+    c.tied_embeddings = j.value("tied_embeddings", false);
+    c.add_bias_linear = j.value("add_bias_linear", false);
+    c.qkv_bias = j.value("qkv_bias", false);
+    c.make_vocab_size_divisible_by = j.value("make_vocab_size_divisible_by", int64_t{128});
+    CKPT_ASSIGN_OR_RETURN(c.dtype, ParseDType(j.value("dtype", std::string("bf16"))));
+    c.first_stage_layers = j.value("first_stage_layers", -1);
+    c.last_stage_layers = j.value("last_stage_layers", -1);
+    c.stack_layers = j.value("stack_layers", false);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("bad GPT config in checkpoint metadata: ") + e.what());
+  }
+  CKPT_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+json LayoutToJson(const ParallelConfig& pc) {
+  return {{"tp", pc.tp}, {"pp", pc.pp}, {"dp", pc.dp}, {"cp", pc.cp},
+          {"ep", pc.ep}, {"vpp", pc.vpp}, {"world", pc.world_size()}};
+}
+
+Result<ParallelConfig> LayoutFromJson(const json& j) {
+  ParallelConfig pc;
+  try {
+    pc.tp = j.value("tp", 1);
+    pc.pp = j.value("pp", 1);
+    pc.dp = j.value("dp", 1);
+    pc.cp = j.value("cp", 1);
+    pc.ep = j.value("ep", 1);
+    pc.vpp = j.value("vpp", 1);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("bad layout in checkpoint: ") + e.what());
+  }
+  CKPT_RETURN_IF_ERROR(pc.Validate());
+  return pc;
+}
+
+}  // namespace ckpt::reshard

@@ -1,0 +1,286 @@
+// Save/load/verify round trips and bad-input handling (single process and
+// threads as ranks).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/verify.h"
+#include "support/state_util.h"
+#include "support/test_util.h"
+
+namespace ckpt {
+namespace {
+
+using testing::Desc;
+using testing::OwnedState;
+namespace fs = std::filesystem;
+
+SaveOptions Opts(const std::string& root, int64_t iter, Compression c = Compression::kNone) {
+  SaveOptions o;
+  o.root = root;
+  o.iteration = iter;
+  o.write.codec.compression = c;
+  o.write.chunk_bytes = 4096;  // many chunks even for small tensors
+  o.layout = {{"tp", 1}};
+  return o;
+}
+
+// A state with every dtype and shape class.
+void AddEverything(OwnedState& s, bool fill) {
+  for (DType t : kAllDTypes) {
+    std::string n(DTypeName(t));
+    s.Add(Desc("nd." + n, t, {37, 5, 3}, {0, 0, 0}, {37, 5, 3}), fill);
+    s.Add(Desc("vec." + n, t, {1001}, {0}, {1001}), fill);
+  }
+  s.Add(Desc("empty", DType::kFloat32, {0, 8}, {0, 0}, {0, 8}), fill);
+  s.Add(Desc("scalar", DType::kInt64, {}, {}, {}), fill);
+}
+
+class RoundTrip : public ::testing::TestWithParam<Compression> {};
+
+TEST_P(RoundTrip, EveryDtypeAndShape) {
+  const std::string root = testing::ScratchDir("roundtrip");
+  OwnedState src;
+  AddEverything(src, true);
+  src.AddObject({"rng", {1}, {0}, {}}, std::string("opaque\0state", 12));
+  auto saved = SaveCheckpoint(src.dict(), Opts(root, 7, GetParam()));
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+
+  OwnedState dst;
+  AddEverything(dst, false);
+  dst.AddObject({"rng", {1}, {0}, {}}, "");
+  LoadOptions lo;
+  lo.root = root;
+  auto loaded = LoadCheckpoint(dst.dict(), lo);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->iteration, 7);
+  EXPECT_EQ(dst.CountMismatches(), 0);
+  ASSERT_EQ(dst.dict().objects()[0].bytes.size(), 12u);
+  EXPECT_EQ(std::memcmp(dst.dict().objects()[0].bytes.data(), "opaque\0state", 12), 0);
+
+  auto report = VerifyCheckpoint(DefaultEnv(), root, {});
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->ok()) << report->issues[0].ToString();
+  EXPECT_GT(report->chunks_checked, 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, RoundTrip, ::testing::Values(Compression::kNone, Compression::kZstd));
+
+// Four thread-ranks save a [64, 24] tensor split on axis 0; a 3-rank job
+// splitting axis 1 loads it back. Replicated layernorm is written once.
+TEST(CheckpointTest, ThreadRanksSaveAndReshardOnLoad) {
+  const std::string root = testing::ScratchDir("threads");
+  constexpr int kRanks = 4;
+  auto comms = MakeThreadComms(kRanks);
+  std::vector<Result<SaveStats>> results(kRanks, Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      OwnedState s;
+      s.Add(Desc("w", DType::kBFloat16, {64, 24}, {16 * r, 0}, {16, 24}, {0, 0, 0}), true);
+      s.Add(Desc("ln", DType::kFloat32, {24}, {0}, {24}, {0, r, 0}), true);  // TP-replicated
+      SaveOptions o = Opts(root, 3);
+      o.comm = comms[r].get();
+      results[r] = SaveCheckpoint(s.dict(), o);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& r : results) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto m = ReadManifest(DefaultEnv(), root, -1);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->shards.size(), 5u);  // 4 w shards + 1 ln
+  EXPECT_EQ(m->files.size(), 4u);
+
+  for (int r = 0; r < 3; ++r) {
+    OwnedState d;
+    d.Add(Desc("w", DType::kBFloat16, {64, 24}, {0, 8 * r}, {64, 8}), false);
+    d.Add(Desc("ln", DType::kFloat32, {24}, {0}, {24}), false);
+    LoadOptions lo;
+    lo.root = root;
+    auto st = LoadCheckpoint(d.dict(), lo);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    EXPECT_EQ(d.CountMismatches(), 0);
+  }
+}
+
+TEST(CheckpointTest, ReplicasAreBalancedOverHolders) {
+  const std::string root = testing::ScratchDir("balance");
+  constexpr int kRanks = 4;
+  auto comms = MakeThreadComms(kRanks);
+  std::vector<int64_t> per_rank;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      OwnedState s;  // 8 fully replicated tensors (DP replicas): main copy on rank 0 only
+      for (int k = 0; k < 8; ++k)
+        s.Add(Desc("rep" + std::to_string(k), DType::kFloat32, {256}, {0}, {256}, {0, 0, r}), true);
+      SaveOptions o = Opts(root, 1);
+      o.comm = comms[r].get();
+      auto st = SaveCheckpoint(s.dict(), o);
+      ASSERT_TRUE(st.ok()) << st.status().ToString();
+      if (r == 0) per_rank = st->bytes_per_rank;
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(per_rank.size(), 4u);
+  for (int64_t b : per_rank) EXPECT_EQ(b, 2 * 256 * 4);  // 2 tensors each
+}
+
+class BadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::ScratchDir("bad");
+    OwnedState s;
+    s.Add(Desc("w", DType::kFloat32, {300, 10}, {0, 0}, {300, 10}), true);
+    ASSERT_TRUE(SaveCheckpoint(s.dict(), Opts(root_, 5)).ok());
+    iter_dir_ = root_ + "/" + IterDirName(5);
+    shard_ = iter_dir_ + "/" + ShardFileName(0);
+  }
+  Status Load() {
+    OwnedState d;
+    d.Add(Desc("w", DType::kFloat32, {300, 10}, {0, 0}, {300, 10}), false);
+    LoadOptions lo;
+    lo.root = root_;
+    return LoadCheckpoint(d.dict(), lo).status();
+  }
+  std::string root_, iter_dir_, shard_;
+};
+
+TEST_F(BadInput, FlippedByteIsNamedByVerifyAndLoader) {
+  auto m = ReadManifest(DefaultEnv(), root_, -1);
+  ASSERT_TRUE(m.ok());
+  const ChunkRecord& c = m->shards[0].record.chunks[2];
+  {
+    std::fstream f(shard_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(c.file_offset + 17));
+    char b;
+    f.read(&b, 1);
+    b ^= 0x10;
+    f.seekp(std::streamoff(c.file_offset + 17));
+    f.write(&b, 1);
+  }
+  auto report = VerifyCheckpoint(DefaultEnv(), root_, {});
+  ASSERT_TRUE(report.ok());
+  ASSERT_FALSE(report->ok());
+  EXPECT_EQ(report->issues[0].tensor, "w");
+  EXPECT_EQ(report->issues[0].chunk, 2);
+  EXPECT_NE(report->issues[0].ToString().find("sha256 mismatch"), std::string::npos);
+  Status st = Load();
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("chunk 2"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("'w'"), std::string::npos) << st.ToString();
+}
+
+TEST_F(BadInput, TruncatedShardFile) {
+  fs::resize_file(shard_, fs::file_size(shard_) / 2);
+  Status st = Load();
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("rank_00000.h5"), std::string::npos) << st.ToString();
+  auto report = VerifyCheckpoint(DefaultEnv(), root_, {});
+  ASSERT_TRUE(report.ok());
+  EXPECT_FALSE(report->ok());
+}
+
+TEST_F(BadInput, MissingShardFile) {
+  fs::remove(shard_);
+  Status st = Load();
+  EXPECT_EQ(st.code(), Code::kNotFound);
+  EXPECT_NE(st.message().find("rank_00000.h5"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("missing"), std::string::npos) << st.ToString();
+}
+
+TEST_F(BadInput, MissingManifest) {
+  fs::remove(iter_dir_ + "/manifest.json");
+  Status st = Load();
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("no manifest"), std::string::npos) << st.ToString();
+}
+
+TEST_F(BadInput, TornManifest) {
+  std::string p = iter_dir_ + "/manifest.json";
+  fs::resize_file(p, fs::file_size(p) - 10);
+  Status st = Load();
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("self-hash mismatch"), std::string::npos) << st.ToString();
+}
+
+TEST_F(BadInput, GarbageAndEmptyTracker) {
+  std::ofstream(root_ + "/latest_checkpointed_iteration.txt") << "release\n";
+  Status st = Load();
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("does not hold an iteration number"), std::string::npos) << st.ToString();
+  std::ofstream(root_ + "/latest_checkpointed_iteration.txt", std::ios::trunc).flush();
+  st = Load();
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("is empty"), std::string::npos) << st.ToString();
+}
+
+TEST_F(BadInput, WrongLayoutRequestIsNamed) {
+  OwnedState d;
+  d.Add(Desc("w", DType::kFloat32, {300, 12}, {0, 0}, {300, 12}), false);
+  d.Add(Desc("absent", DType::kFloat32, {3}, {0}, {3}), false);
+  LoadOptions lo;
+  lo.root = root_;
+  Status st = LoadCheckpoint(d.dict(), lo).status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'w'"), std::string::npos) << st.ToString();
+}
+
+TEST_F(BadInput, ExistingIterationIsNotReplacedAndStaleTmpIsCleaned) {
+  fs::create_directory(root_ + "/.iter_0000009.tmp-dead");
+  std::ofstream(root_ + "/.iter_0000009.tmp-dead/rank_00000.h5") << "partial";
+  OwnedState s;
+  s.Add(Desc("w", DType::kFloat32, {300, 10}, {0, 0}, {300, 10}), true);
+  Status st = SaveCheckpoint(s.dict(), Opts(root_, 5)).status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("already exists"), std::string::npos) << st.ToString();
+  ASSERT_TRUE(SaveCheckpoint(s.dict(), Opts(root_, 6)).ok());
+  EXPECT_FALSE(fs::exists(root_ + "/.iter_0000009.tmp-dead"));
+  EXPECT_EQ(*ReadTracker(DefaultEnv(), root_), 6);
+}
+
+TEST_F(BadInput, FailedRankLeavesPreviousCheckpointLatest) {
+  constexpr int kRanks = 3;
+  auto comms = MakeThreadComms(kRanks);
+  std::vector<Status> st(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      OwnedState s;
+      s.Add(Desc("w", DType::kFloat32, {300, 10}, {100 * r, 0}, {100, 10}), true);
+      SaveOptions o = Opts(root_, 8);
+      o.comm = comms[r].get();
+      o.hook = [](std::string_view step, int rank) {
+        return step == "shard_fsync" && rank == 2 ? Status::IOError("injected fsync failure") : Status::Ok();
+      };
+      st[r] = SaveCheckpoint(s.dict(), o).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : st) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.ToString();
+  }
+  EXPECT_EQ(*ReadTracker(DefaultEnv(), root_), 5);
+  EXPECT_FALSE(fs::exists(root_ + "/" + IterDirName(8)));
+  EXPECT_TRUE(Load().ok());
+}
+
+TEST_F(BadInput, NonFiniteStateIsRefused) {
+  OwnedState s;
+  s.Add(Desc("w", DType::kFloat32, {300, 10}, {0, 0}, {300, 10}), true);
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(s.dict().tensors()[0].data.data() + 4 * 123, &nan, 4);
+  SaveOptions o = Opts(root_, 9);
+  o.nonfinite = NonFinitePolicy::kRefuse;
+  Status st = SaveCheckpoint(s.dict(), o).status();
+  EXPECT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("NaN at local flat index 123"), std::string::npos) << st.ToString();
+  EXPECT_EQ(*ReadTracker(DefaultEnv(), root_), 5);
+}
+
+}  // namespace
+}  // namespace ckpt

@@ -1,0 +1,97 @@
+// The `ckpt` binary: exit codes and what it prints (inspect, verify).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "support/state_util.h"
+#include "support/test_util.h"
+
+namespace ckpt {
+namespace {
+
+using testing::Desc;
+using testing::OwnedState;
+
+struct CmdResult {
+  int code = -1;
+  std::string out;
+};
+
+CmdResult Ckpt(const std::string& args) {
+  std::string cmd = std::string(CKPT_BINARY_DIR) + "/cli/ckpt " + args + " 2>&1";
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string MakeCheckpoint() {
+  const std::string root = testing::ScratchDir("cli");
+  OwnedState s;
+  s.Add(Desc("decoder.layers.0.mlp.linear_fc1.weight", DType::kBFloat16, {128, 64}, {0, 0}, {128, 64}), true);
+  s.Add(Desc("decoder.final_layernorm.weight", DType::kFloat32, {64}, {0}, {64}), true);
+  SaveOptions o;
+  o.root = root;
+  o.iteration = 12;
+  o.write.chunk_bytes = 2048;
+  o.layout = {{"tp", 1}, {"pp", 1}, {"dp", 1}};
+  EXPECT_TRUE(SaveCheckpoint(s.dict(), o).ok());
+  return root;
+}
+
+TEST(CliTest, InspectShowsTensorsAndLayout) {
+  const std::string root = MakeCheckpoint();
+  CmdResult r = Ckpt("inspect " + root);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("decoder.layers.0.mlp.linear_fc1.weight"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[128, 64]"), std::string::npos) << r.out;
+  r = Ckpt("inspect --json " + root);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["iteration"], 12);
+  EXPECT_EQ(j["layout"]["tp"], 1);
+  EXPECT_EQ(j["tensors"].size(), 2u);
+}
+
+TEST(CliTest, VerifyExitCodes) {
+  const std::string root = MakeCheckpoint();
+  CmdResult r = Ckpt("verify " + root);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("OK"), std::string::npos);
+
+  auto m = ReadManifest(DefaultEnv(), root, -1);
+  ASSERT_TRUE(m.ok());
+  const auto& shard = m->shards[0].meta.key == "decoder.layers.0.mlp.linear_fc1.weight" ? m->shards[0] : m->shards[1];
+  const ChunkRecord& c = shard.record.chunks[3];
+  {
+    std::fstream f(root + "/" + IterDirName(12) + "/" + m->files[0].name, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(c.file_offset + 1));
+    char b = char(f.get() ^ 0x20);
+    f.seekp(std::streamoff(c.file_offset + 1));
+    f.put(b);
+  }
+  r = Ckpt("verify " + root);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("tensor 'decoder.layers.0.mlp.linear_fc1.weight'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chunk 3"), std::string::npos) << r.out;
+  r = Ckpt("verify --json " + root);
+  EXPECT_EQ(r.code, 1);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["ok"], false);
+  EXPECT_EQ(j["issues"][0]["chunk"], 3);
+
+  r = Ckpt("verify " + root + "/does-not-exist");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("latest_checkpointed_iteration.txt"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace ckpt

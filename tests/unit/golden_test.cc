@@ -1,0 +1,81 @@
+// Golden files pin the on-disk format (docs/FORMAT.md): a committed v1
+// checkpoint in tests/golden/v1 must keep loading with the same values, and
+// saving the same state again must reproduce its manifest byte for byte.
+// Regenerate (only with a format_version bump): CKPT_UPDATE_GOLDEN=1 golden_test
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/verify.h"
+#include "support/state_util.h"
+#include "support/test_util.h"
+
+namespace ckpt {
+namespace {
+
+using testing::Desc;
+using testing::OwnedState;
+namespace fs = std::filesystem;
+
+const std::string kGolden = std::string(CKPT_SOURCE_DIR) + "/tests/golden/v1";
+
+void BuildGoldenState(OwnedState& s, bool fill) {
+  s.Add(Desc("embedding.word_embeddings.weight", DType::kBFloat16, {40, 16}, {0, 0}, {40, 16}), fill);
+  s.Add(Desc("decoder.layers.0.mlp.linear_fc2.weight", DType::kFloat32, {16, 24}, {0, 0}, {16, 24}), fill);
+  for (FlatRange r : {FlatRange{0, 10}, FlatRange{10, 300}, FlatRange{300, 384}})
+    s.Add(Desc("optimizer.exp_avg", DType::kFloat32, {16, 24}, {0, 0}, {16, 24}, {}, r), fill);
+  s.Add(Desc("step", DType::kInt64, {}, {}, {}), fill);
+  s.AddObject({"rng", {1}, {0}, {}}, "golden-rng-state");
+}
+
+SaveOptions GoldenOptions(const std::string& root, Compression c) {
+  SaveOptions o;
+  o.root = root;
+  o.iteration = c == Compression::kNone ? 1 : 2;
+  o.write.codec.compression = c;
+  o.write.chunk_bytes = 512;
+  o.layout = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"world", 1}};
+  o.metadata = {{"purpose", "golden"}};
+  return o;
+}
+
+TEST(GoldenTest, SavingTheSameStateReproducesTheGoldenManifests) {
+  const bool update = std::getenv("CKPT_UPDATE_GOLDEN") != nullptr;
+  const std::string root = update ? kGolden : testing::ScratchDir("golden");
+  if (update) fs::remove_all(kGolden);
+  for (Compression c : {Compression::kNone, Compression::kZstd}) {
+    OwnedState s;
+    BuildGoldenState(s, true);
+    auto st = SaveCheckpoint(s.dict(), GoldenOptions(root, c));
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    const std::string it = IterDirName(GoldenOptions(root, c).iteration);
+    auto fresh = ReadFileToString(DefaultEnv(), root + "/" + it + "/manifest.json");
+    auto golden = ReadFileToString(DefaultEnv(), kGolden + "/" + it + "/manifest.json");
+    ASSERT_TRUE(fresh.ok() && golden.ok()) << "missing golden files under " << kGolden;
+    EXPECT_EQ(*fresh, *golden) << "format drift in " << it << ": bump format_version and regenerate";
+  }
+}
+
+TEST(GoldenTest, GoldenCheckpointsLoadAndVerify) {
+  for (int64_t iter : {1, 2}) {
+    OwnedState d;
+    BuildGoldenState(d, false);
+    LoadOptions lo;
+    lo.root = kGolden;
+    lo.iteration = iter;
+    auto st = LoadCheckpoint(d.dict(), lo);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    EXPECT_EQ(d.CountMismatches(), 0);
+    ASSERT_EQ(d.dict().objects()[0].bytes.size(), 16u);
+    VerifyOptions vo;
+    vo.iteration = iter;
+    auto report = VerifyCheckpoint(DefaultEnv(), kGolden, vo);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_TRUE(report->ok());
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
