@@ -60,7 +60,9 @@ int RunSave(const JobFlags& f) {
   o.balance_replicas = !f.no_balance;
   o.layout = reshard::LayoutToJson(j.layout);
   o.metadata = {{"model", name}, {"gpt", reshard::GptConfigToJson(*model)}};
-  ShardedStateDict sd = j.state->StateDict();
+  auto sd_or = j.StateDict();
+  if (!sd_or.ok()) return Fail("save", j.rank(), sd_or.status());
+  ShardedStateDict& sd = *sd_or;
   if (!j.comm->Barrier(o.timeout, "start").ok()) return kExitError;
   const auto t0 = Clock::now();
   auto r = SaveCheckpoint(sd, o);
@@ -101,7 +103,9 @@ int RunLoad(const JobFlags& f) {
   o.comm = j.comm.get();
   o.timeout = Millis(f.timeout_ms);
   o.fallback = f.fallback;
-  ShardedStateDict sd = j.state->StateDict();
+  auto sd_or = j.StateDict();
+  if (!sd_or.ok()) return Fail("load", j.rank(), sd_or.status());
+  ShardedStateDict& sd = *sd_or;
   if (!j.comm->Barrier(o.timeout, "start").ok()) return kExitError;
   const auto t0 = Clock::now();
   auto r = LoadCheckpoint(sd, o);
@@ -148,7 +152,7 @@ void RegisterSave(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<JobFlags>();
   AddCommon(cmd, f.get());
   cmd->add_option("--iter", f->iteration, "iteration number")->required();
-  cmd->add_option("--model", f->model, "GPT preset (tiny, demo) or a GptConfig JSON");
+  cmd->add_option("--model", f->model, "GPT preset (tiny, demo) with optional overrides (tiny:tied_embeddings=true,first_stage_layers=3) or a config JSON");
   cmd->add_option("--compress", f->compression, "none or zstd");
   cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
   cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
@@ -160,7 +164,7 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<JobFlags>();
   AddCommon(cmd, f.get());
   cmd->add_option("--iter", f->iteration, "iteration (default: the tracker's)");
-  cmd->add_option("--model", f->model, "GPT preset or config JSON (default: the checkpoint's metadata)");
+  cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
   cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
   cmd->add_flag("--no-check", f->no_check, "skip the element check");
   cmd->callback([=]() { *exit_code = RunLoad(*f); });

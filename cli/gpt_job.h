@@ -22,7 +22,11 @@ struct GptJob {
   RankCoords coords;
   reshard::GptConfig model;
   std::string model_name;
-  std::unique_ptr<reshard::GptLocalState> state;
+  std::unique_ptr<reshard::GptLocalState> state;  // correct layout: filled and checked
+  std::vector<reshard::GptShard> registered;        // the descriptors handed to save/load
+
+  // The state dict over `state` with the `registered` descriptors.
+  Result<ShardedStateDict> StateDict() { return state->StateDictFor(registered); }
 
   int rank() const { return comm->rank(); }
   // Gathers one JSON value per rank on every rank (phase "report").
@@ -30,8 +34,9 @@ struct GptJob {
 };
 
 // Starts MPI, checks the world size against `layout_spec`, builds the rank's
-// state for `model` (a preset name, or a GptConfig JSON). `naive_fc1` builds
-// the negative-control fc1 layout.
+// state for `model`. With `naive_fc1` the local memory still holds the right
+// values but SwiGLU fc1 is registered as one plain axis-0 slice (the naive
+// concatenation bug): loading such a checkpoint at another TP gives wrong values.
 Result<std::unique_ptr<GptJob>> StartGptJob(const std::string& layout_spec, const reshard::GptConfig& model,
                                             const std::string& model_name, bool naive_fc1);
 

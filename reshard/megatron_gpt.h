@@ -1,0 +1,139 @@
+// A GPT model's sharded state with Megatron-Core layouts and key names.
+//
+// GptShards(config, parallel, coords) lists, for one rank, every ShardedTensor
+// MCore's GPTModel.sharded_state_dict() would register (local layer spec,
+// RMSNorm, RoPE: no position embedding), together with where its data lives
+// in the rank's local parameter tensors. Rules (see DESIGN.md and the files
+// named there):
+//  - column-parallel weight/bias: axis 0 split over TP, replica (0, 0, dp_cp);
+//    row-parallel weight: axis 1 split; row-parallel bias and norms are
+//    TP-replicated, replica (0, tp_rank, dp_cp);
+//  - fused QKV rows per TP rank are whole query groups, so the global tensor
+//    [ng*(np/ng+2)*hn, h] does not depend on TP (needs ng % tp == 0, np % tp == 0);
+//  - SwiGLU fc1: the local [2*ffn/tp, h] tensor is TWO ShardedTensors of one
+//    key: W_r at row block r and V_r at block tp + r of the global [2*ffn, h]
+//    (MCore apply_swiglu_sharded_factory); same for the fc1 bias;
+//  - vocab tensors are padded to a multiple of divisible_by * tp and marked
+//    allow_shape_mismatch; tied embeddings on the last stage (pp > 1) are a
+//    non-main replica (1, 0, dp_cp) of embedding.word_embeddings.weight;
+//  - PP/VPP: stage p, chunk v holds a contiguous layer span (MCore
+//    get_transformer_layer_offset, uneven first/last stages included);
+//    stacked layers share key "decoder.layers.<name>" with a prepended layer axis.
+//
+// Pure functions of their arguments; thread-safe. Errors are InvalidArgument
+// naming the offending field.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/dtype.h"
+#include "ckpt/parallel_state.h"
+#include "ckpt/sharded_tensor.h"
+#include "ckpt/status.h"
+
+namespace ckpt::reshard {
+
+struct GptConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden = 0;
+  int64_t ffn_hidden = 0;
+  int num_layers = 0;
+  int num_heads = 0;         // np
+  int num_query_groups = 0;  // ng; 0 = num_heads (plain multi-head attention)
+  int64_t kv_channels = 0;   // hn; 0 = hidden / num_heads
+  bool swiglu = true;
+  bool tied_embeddings = false;
+  bool add_bias_linear = false;  // biases of qkv, proj, fc1, fc2 (MCore --add-bias-linear)
+  bool qkv_bias = false;         // bias of linear_qkv only (MCore --add-qkv-bias)
+  int64_t make_vocab_size_divisible_by = 128;
+  DType dtype = DType::kBFloat16;
+  int first_stage_layers = -1;  // -1 = not set (even split)
+  int last_stage_layers = -1;
+  bool stack_layers = false;
+
+  int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_heads; }
+  int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / num_heads; }
+  // Rows of the fused QKV weight: ng * (np/ng + 2) * hn.
+  int64_t qkv_rows() const;
+  // Model-only checks (positive sizes, heads divisible by groups, ...).
+  Status Validate() const;
+};
+
+// "tiny": 8 layers, hidden 64, np 16, ng 8, vocab 1100 (padding differs per TP),
+//         for tests; TP up to 8, PP up to 8.
+// "demo": ~1 GB of bf16 (495M parameters untied), 8 layers, hidden 2048, GQA.
+Result<GptConfig> GptPreset(std::string_view name);
+
+// ceil(V / (divisible_by * tp)) * divisible_by * tp (Megatron vocab_size_with_padding).
+int64_t PaddedVocabSize(const GptConfig& cfg, int tp);
+
+// One model chunk's layers: global indices [first, first + count).
+struct LayerSpan {
+  int first = 0;
+  int count = 0;
+  bool operator==(const LayerSpan&) const = default;
+};
+// The vpp chunks of pipeline stage pp_rank, chunk v at index v. Fails on layer
+// counts that do not split (uneven middle stages, stage count % vpp != 0).
+Result<std::vector<LayerSpan>> StageLayerSpans(const GptConfig& cfg, const ParallelConfig& pc,
+                                               int pp_rank);
+
+// One registered ShardedTensor and the rank-local parameter that holds its data.
+struct GptShard {
+  ShardedTensor tensor;
+  std::string param;         // rank-local parameter name, unique per rank
+  Shape param_shape;         // shape of that local parameter tensor
+  int64_t param_offset = 0;  // element offset of tensor's data inside the parameter
+};
+
+// Every ShardedTensor of the rank at `coords`, in module order.
+Result<std::vector<GptShard>> GptShards(const GptConfig& cfg, const ParallelConfig& pc,
+                                        const RankCoords& coords);
+
+// Negative control: like GptShards, but each local SwiGLU fc1 weight is one
+// plain axis-0 slice (rows [r*2*ffn/tp, (r+1)*2*ffn/tp)) - a naive concat that
+// gives wrong values when loaded at another TP. Requires cfg.swiglu. Params and
+// offsets match GptShards', so check loaded data through the GptShards
+// descriptors (the true layout), not through these.
+Result<std::vector<GptShard>> NaiveFc1Shards(const GptConfig& cfg, const ParallelConfig& pc,
+                                             const RankCoords& coords);
+
+// Owns a rank's local parameter buffers (zeroed) and exposes them as a
+// ShardedStateDict whose spans point into this object: they stay valid while
+// the object lives (moving it keeps them valid). Not thread-safe.
+class GptLocalState {
+ public:
+  // Fails if shards of one parameter disagree on its shape or dtype, or overrun it.
+  static Result<GptLocalState> Create(std::vector<GptShard> shards);
+
+  const std::vector<GptShard>& shards() const { return shards_; }
+  ShardedStateDict StateDict();
+  // A state dict registering `other` descriptors over this object's local
+  // parameters (same param names and shapes), e.g. NaiveFc1Shards of the same
+  // rank: the memory holds the right local values, the descriptors are wrong.
+  Result<ShardedStateDict> StateDictFor(const std::vector<GptShard>& other);
+  std::span<std::byte> ShardData(size_t i);  // data of shards()[i]
+  std::span<const std::byte> ShardView(size_t i) const;
+  // A whole local parameter by GptShard::param name; empty if unknown.
+  std::span<std::byte> Param(const std::string& name);
+  int64_t TotalBytes() const;
+
+  // Fills every shard with its expected values (rows >= vocab_size of
+  // allow_shape_mismatch tensors are zero).
+  Status FillExpected(int64_t vocab_size);
+  // Total mismatching elements over all shards; `first_bad` (if non-null) gets
+  // "<key> element <i>" of the first one.
+  Result<int64_t> CountMismatches(int64_t vocab_size, std::string* first_bad) const;
+
+ private:
+  explicit GptLocalState(std::vector<GptShard> shards) : shards_(std::move(shards)) {}
+  std::vector<GptShard> shards_;
+  std::map<std::string, std::vector<std::byte>> params_;
+};
+
+}  // namespace ckpt::reshard
