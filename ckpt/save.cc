@@ -1,31 +1,22 @@
-// SaveCheckpoint: the multi-rank commit protocol (see checkpoint.h).
+// SaveCheckpoint: the multi-rank commit protocol (see checkpoint.h), built
+// from the blocks in commit.h plus the collectives that tie the ranks together.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <map>
-#include <random>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/commit.h"
 #include "ckpt/save_plan.h"
-#include "reshard/intersect.h"
 
 namespace ckpt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string MakeNonce() {
-  std::random_device rd;
-  uint64_t v = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(Clock::now().time_since_epoch().count());
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 // Messages between ranks carry either "OK<payload>" or "ERR<status text>".
 std::string OkMsg(const std::string& payload) { return "OK" + payload; }
 std::string ErrMsg(const Status& s) { return "ERR" + s.ToString(); }
-bool IsOk(const std::string& m) { return m.rfind("OK", 0) == 0; }
+bool IsOk(std::string_view m) { return m.substr(0, 2) == "OK"; }
 
 class SaveRun {
  public:
@@ -49,9 +40,7 @@ class SaveRun {
   Result<std::vector<int>> PlanMyWrites();  // indices of my tensors to write
   Result<Manifest> WriteMine(const std::vector<int>& mine);
   Status CheckNonFinite(const TensorEntry& t);
-  Result<Manifest> Merge(const std::vector<std::string>& votes);
-  Status Publish(const Manifest& m);
-  Status CleanStale();
+  Status Commit(const std::vector<std::string>& votes);
 
   const ShardedStateDict& state_;
   const SaveOptions& opts_;
@@ -60,35 +49,13 @@ class SaveRun {
   Comm* comm_;
   int rank_;
   std::string tmp_dir_;
-  bool published_ = false;  // the iter dir is visible: never remove it
   SaveStats stats_;
 };
-
-Status SaveRun::CleanStale() {
-  CKPT_ASSIGN_OR_RETURN(auto names, env_->ListDir(opts_.root));
-  for (const auto& n : names) {
-    if (IsTmpIterDirName(n)) CKPT_RETURN_IF_ERROR(RemoveTree(env_, JoinPath(opts_.root, n)));
-    if (n == std::string(kTrackerName) + ".tmp") CKPT_RETURN_IF_ERROR(env_->RemoveFile(JoinPath(opts_.root, n)));
-  }
-  return Status::Ok();
-}
 
 Result<std::string> SaveRun::Begin() {
   std::string msg;
   if (rank_ == 0) {
-    auto prepare = [&]() -> Result<std::string> {
-      CKPT_RETURN_IF_ERROR(Step("begin"));
-      CKPT_RETURN_IF_ERROR(CreateDirs(env_, opts_.root));
-      CKPT_RETURN_IF_ERROR(CleanStale());
-      std::string final_dir = JoinPath(opts_.root, IterDirName(opts_.iteration));
-      CKPT_ASSIGN_OR_RETURN(FileInfo existing, env_->Stat(final_dir));
-      if (existing.exists)
-        return Status::AlreadyExists("checkpoint directory '" + final_dir + "' already exists; refusing to replace it");
-      std::string tmp = JoinPath(opts_.root, TmpIterDirName(opts_.iteration, MakeNonce()));
-      CKPT_RETURN_IF_ERROR(env_->CreateDir(tmp));
-      return tmp;
-    };
-    auto tmp = prepare();
+    auto tmp = PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook);
     msg = tmp.ok() ? OkMsg(*tmp) : ErrMsg(tmp.status().WithContext(Where("begin")));
   }
   CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "begin"));
@@ -136,83 +103,37 @@ Status SaveRun::CheckNonFinite(const TensorEntry& t) {
 }
 
 Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
-  Manifest part;
-  std::vector<const ObjectEntry*> objects;
-  for (const auto& o : state_.objects())
-    if (o.meta.is_main_replica()) objects.push_back(&o);
-  if (mine.empty() && objects.empty()) return part;
-  for (int i : mine) CKPT_RETURN_IF_ERROR(CheckNonFinite(state_.tensors()[i]));
-  CKPT_RETURN_IF_ERROR(Step("shard_write"));
-  const std::string name = ShardFileName(rank_);
-  CKPT_ASSIGN_OR_RETURN(auto writer, ShardFileWriter::Create(env_, JoinPath(tmp_dir_, name), rank_));
+  std::vector<const TensorEntry*> tensors;
   for (int i : mine) {
-    const TensorEntry& t = state_.tensors()[i];
-    ShardedTensor meta = t.meta;
-    meta.replica_id.assign(meta.replica_id.size(), 0);  // the written copy is the main one
-    CKPT_ASSIGN_OR_RETURN(DatasetRecord rec, writer->WriteTensor(meta, t.data, opts_.write));
-    part.shards.push_back({std::move(meta), 0, std::move(rec)});
-    stats_.bytes_written += t.meta.num_bytes();
+    CKPT_RETURN_IF_ERROR(CheckNonFinite(state_.tensors()[i]));
+    tensors.push_back(&state_.tensors()[i]);
+    stats_.bytes_written += state_.tensors()[i].meta.num_bytes();
   }
-  for (const ObjectEntry* o : objects) {
-    CKPT_ASSIGN_OR_RETURN(DatasetRecord rec, writer->WriteObject(o->meta, o->bytes));
-    part.objects.push_back({o->meta, 0, o->bytes.size(), std::move(rec)});
-    stats_.bytes_written += int64_t(o->bytes.size());
+  std::vector<const ObjectEntry*> objects;
+  for (const auto& o : state_.objects()) {
+    if (!o.meta.is_main_replica()) continue;
+    objects.push_back(&o);
+    stats_.bytes_written += int64_t(o.bytes.size());
   }
-  CKPT_RETURN_IF_ERROR(Step("shard_fsync"));
-  CKPT_RETURN_IF_ERROR(writer->Finish());
-  part.files.push_back({name, rank_, writer->file_size()});
-  stats_.file_bytes = int64_t(writer->file_size());
+  CKPT_ASSIGN_OR_RETURN(Manifest part, WriteRankFile(env_, tmp_dir_, rank_, tensors, objects, opts_.write, opts_.hook));
+  if (!part.files.empty()) stats_.file_bytes = int64_t(part.files[0].size);
   stats_.shards_written = int64_t(part.shards.size());
   return part;
 }
 
-Result<Manifest> SaveRun::Merge(const std::vector<std::string>& votes) {
-  Manifest m;
-  m.iteration = opts_.iteration;
-  m.layout = opts_.layout;
-  m.metadata = opts_.metadata;
+// Rank 0: any failed vote aborts; else merge, check and publish.
+Status SaveRun::Commit(const std::vector<std::string>& votes) {
+  std::vector<Manifest> parts;
   for (int r = 0; r < int(votes.size()); ++r) {
     if (!IsOk(votes[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + votes[r].substr(3));
     CKPT_ASSIGN_OR_RETURN(Manifest part, ParseManifest(votes[r].substr(2), "vote of rank " + std::to_string(r)));
-    if (part.files.empty()) continue;
-    int file = int(m.files.size());
-    m.files.push_back(part.files[0]);
-    for (auto& s : part.shards) m.shards.push_back({std::move(s.meta), file, std::move(s.record)});
-    for (auto& o : part.objects) m.objects.push_back({std::move(o.meta), file, o.size, std::move(o.record)});
+    parts.push_back(std::move(part));
   }
-  std::map<std::string, std::vector<ShardedTensor>> by_key;
-  for (const auto& s : m.shards) by_key[s.meta.key].push_back(s.meta);
-  for (const auto& [key, shards] : by_key) {
-    for (const auto& s : shards)
-      if (s.dtype != shards[0].dtype || s.global_shape != shards[0].global_shape)
-        return Status::InvalidArgument("tensor '" + key + "': ranks disagree on dtype or global shape (" +
-                                       s.DebugString() + " vs " + shards[0].DebugString() + ")");
-    CKPT_RETURN_IF_ERROR(reshard::CheckCoverage(key, shards[0].global_shape, shards));
-  }
-  std::map<std::pair<std::string, int64_t>, int> cells;
-  for (const auto& o : m.objects)
-    if (cells[{o.meta.key, o.meta.cell()}]++)
-      return Status::InvalidArgument("object '" + o.meta.key + "' cell " + std::to_string(o.meta.cell()) +
-                                     " written by two ranks");
-  return m;
-}
-
-Status SaveRun::Publish(const Manifest& m) {
-  const std::string manifest = JoinPath(tmp_dir_, kManifestName);
-  CKPT_RETURN_IF_ERROR(Step("manifest_write"));
-  CKPT_RETURN_IF_ERROR(WriteStringToFileSync(env_, manifest + ".tmp", SerializeManifest(m)));
-  CKPT_RETURN_IF_ERROR(Step("manifest_rename"));
-  CKPT_RETURN_IF_ERROR(env_->Rename(manifest + ".tmp", manifest));
-  CKPT_RETURN_IF_ERROR(env_->SyncDir(tmp_dir_));
-  CKPT_RETURN_IF_ERROR(Step("dir_rename"));
-  const std::string final_dir = JoinPath(opts_.root, IterDirName(opts_.iteration));
-  CKPT_RETURN_IF_ERROR(env_->RenameNoReplace(tmp_dir_, final_dir));
-  published_ = true;
-  CKPT_RETURN_IF_ERROR(Step("root_fsync"));
-  CKPT_RETURN_IF_ERROR(env_->SyncDir(opts_.root));
-  CKPT_RETURN_IF_ERROR(Step("tracker_update"));
-  return WriteFileAtomic(env_, JoinPath(opts_.root, kTrackerName), std::to_string(opts_.iteration) + "\n")
-      .WithContext("committed " + final_dir + " but could not update the tracker");
+  CKPT_ASSIGN_OR_RETURN(Manifest m, MergeManifests(parts, opts_.iteration, opts_.layout, opts_.metadata));
+  bool published = false;
+  Status st = PublishCheckpoint(env_, opts_.root, tmp_dir_, m, opts_.hook, &published);
+  if (!st.ok() && !published) RemoveTree(env_, tmp_dir_).IgnoreError();  // never visible: drop it
+  return st;
 }
 
 Result<SaveStats> SaveRun::Run() {
@@ -238,9 +159,7 @@ Result<SaveStats> SaveRun::Run() {
   t0 = Clock::now();
   std::string outcome;
   if (rank_ == 0) {
-    Result<Manifest> merged = Merge(votes);
-    Status st = merged.ok() ? Publish(*merged) : merged.status();
-    if (!st.ok() && !published_) RemoveTree(env_, tmp_dir_).IgnoreError();  // never visible: drop it
+    Status st = Commit(votes);
     outcome = st.ok() ? OkMsg("") : ErrMsg(st.WithContext(Where("commit")));
   }
   CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(outcome, 0, opts_.timeout, "commit"));

@@ -13,11 +13,25 @@
 //
 // ckpt encodes (codec.h) and SHA-256-hashes each chunk itself and writes it
 // with an HDF5 direct chunk write; the hash covers the stored bytes.
+// ChunkRecord::file_offset is an absolute byte offset in the file (no user
+// block), so a chunk can be read back with a plain File::PRead of
+// stored_size bytes. Chunks of raw (uncompressed) datasets are allocated
+// together and lie back to back in chunk order.
 //
 // Failure: any Env error inside HDF5 is captured and returned as that Status
-// (not a generic HDF5 error). A writer that is destroyed without Finish()
-// leaves an unsynced, unusable file. Not thread-safe: one thread per object
-// (and HDF5 calls are serialised process-wide by an internal mutex).
+// (not a generic HDF5 error), with the file and dataset as context. After an
+// HDF5/Env failure the writer is poisoned (later calls: kFailedPrecondition);
+// invalid arguments and kAlreadyExists do not poison it. A writer that is
+// destroyed without Finish() (or whose Finish failed) leaves an unsynced,
+// unusable file and releases all HDF5 state. The reader reports files HDF5
+// cannot open (garbage, truncated) or that lack format="ckpt-shard" as
+// kCorruption naming the path (a newer format_version: kUnimplemented).
+//
+// Threads: not thread-safe: one thread per object (HDF5 calls are serialised
+// process-wide by LockHdf5(), hdf5_vfd.h). WriteTensor of a multi-chunk
+// tensor runs one short-lived helper thread that stores chunk i (HDF5 + Env
+// IO) while the calling thread encodes and hashes chunk i+1; the Env's File
+// is therefore used from that thread too, one call at a time.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +91,10 @@ class ShardFileWriter {
   explicit ShardFileWriter(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// ChunkRecord::file_offset that List() reports for a chunk HDF5 has no
+// storage for (never written: the writer died before writing it).
+inline constexpr uint64_t kChunkNotStored = ~uint64_t(0);
 
 // Attributes of one dataset, as read back from the file (inspect, salvage).
 struct DatasetInfo {

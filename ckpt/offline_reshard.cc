@@ -1,0 +1,55 @@
+#include "ckpt/offline_reshard.h"
+
+#include <chrono>
+
+#include "ckpt/commit.h"
+
+namespace ckpt {
+
+Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, const RankStateFactory& factory) {
+  const auto start = std::chrono::steady_clock::now();
+  Env* env = opts.env ? opts.env : DefaultEnv();
+  OfflineReshardStats stats;
+  CKPT_ASSIGN_OR_RETURN(Manifest src, ReadManifest(env, opts.src_root, opts.src_iteration));
+  stats.src_iteration = src.iteration;
+  const int64_t dst_iter = opts.dst_iteration >= 0 ? opts.dst_iteration : src.iteration;
+  CKPT_ASSIGN_OR_RETURN(std::string tmp, PrepareSaveDir(env, opts.dst_root, dst_iter, nullptr));
+  auto abandon = [&](const Status& st) {
+    RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
+    return st;
+  };
+  std::vector<Manifest> parts;
+  for (int r = 0; r < opts.world_size; ++r) {
+    auto state = factory(r);
+    if (!state.ok()) return abandon(state.status().WithContext("target rank " + std::to_string(r)));
+    LoadOptions lo;
+    lo.root = opts.src_root;
+    lo.iteration = src.iteration;
+    lo.env = env;
+    auto loaded = LoadCheckpoint((*state)->dict(), lo);
+    if (!loaded.ok()) return abandon(loaded.status().WithContext("reshard, target rank " + std::to_string(r)));
+    stats.bytes_read += loaded->bytes_read;
+    stats.elements += loaded->elements;
+    std::vector<const TensorEntry*> tensors;
+    for (const auto& t : (*state)->dict().tensors())
+      if (t.meta.is_main_replica()) {
+        tensors.push_back(&t);
+        stats.bytes_written += t.meta.num_bytes();
+      }
+    std::vector<const ObjectEntry*> objects;
+    for (const auto& o : (*state)->dict().objects())
+      if (o.meta.is_main_replica()) objects.push_back(&o);
+    auto part = WriteRankFile(env, tmp, r, tensors, objects, opts.write, nullptr);
+    if (!part.ok()) return abandon(part.status().WithContext("reshard, target rank " + std::to_string(r)));
+    parts.push_back(std::move(part).value());
+  }
+  auto merged = MergeManifests(parts, dst_iter, opts.layout, opts.metadata);
+  if (!merged.ok()) return abandon(merged.status());
+  bool published = false;
+  Status st = PublishCheckpoint(env, opts.dst_root, tmp, *merged, nullptr, &published);
+  if (!st.ok()) return published ? st : abandon(st);
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace ckpt
