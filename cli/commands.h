@@ -16,5 +16,7 @@ void RegisterInspect(CLI::App& app, int* exit_code);
 void RegisterVerify(CLI::App& app, int* exit_code);
 void RegisterSave(CLI::App& app, int* exit_code);
 void RegisterLoad(CLI::App& app, int* exit_code);
+void RegisterReshard(CLI::App& app, int* exit_code);
+void RegisterPlan(CLI::App& app, int* exit_code);
 
 }  // namespace ckpt::cli

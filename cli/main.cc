@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   ckpt::cli::RegisterVerify(app, &exit_code);
   ckpt::cli::RegisterSave(app, &exit_code);
   ckpt::cli::RegisterLoad(app, &exit_code);
+  ckpt::cli::RegisterReshard(app, &exit_code);
+  ckpt::cli::RegisterPlan(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

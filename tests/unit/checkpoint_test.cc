@@ -284,3 +284,49 @@ TEST_F(BadInput, NonFiniteStateIsRefused) {
 
 }  // namespace
 }  // namespace ckpt
+
+namespace ckpt {
+namespace {
+
+// Three thread-ranks each hold a box of "w"; the boxes either leave a gap or overlap.
+Status SaveBoxes(const std::string& root, const std::vector<std::pair<int64_t, int64_t>>& rows) {
+  auto comms = MakeThreadComms(int(rows.size()));
+  std::vector<Status> st(rows.size());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < int(rows.size()); ++r) {
+    threads.emplace_back([&, r] {
+      OwnedState s;
+      s.Add(Desc("decoder.layers.0.mlp.linear_fc2.weight", DType::kFloat32, {30, 4}, {rows[r].first, 0},
+                 {rows[r].second, 4}),
+            true);
+      SaveOptions o = Opts(root, 1);
+      o.comm = comms[r].get();
+      st[r] = SaveCheckpoint(s.dict(), o).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : st)
+    if (s.ok()) return s;
+  return st[0];
+}
+
+TEST(CoverageTest, GapIsRejectedNamingTheTensor) {
+  const std::string root = testing::ScratchDir("gap");
+  Status st = SaveBoxes(root, {{0, 10}, {10, 10}, {22, 8}});  // rows 20..21 missing
+  EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("decoder.layers.0.mlp.linear_fc2.weight"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("8 of 120 elements uncovered"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(fs::exists(root + "/" + IterDirName(1)));
+}
+
+TEST(CoverageTest, OverlapIsRejectedNamingTheTensor) {
+  const std::string root = testing::ScratchDir("overlap");
+  Status st = SaveBoxes(root, {{0, 10}, {8, 12}, {20, 10}});  // rows 8..9 twice
+  EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("decoder.layers.0.mlp.linear_fc2.weight"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("overlap"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(fs::exists(root + "/" + IterDirName(1)));
+}
+
+}  // namespace
+}  // namespace ckpt

@@ -1,0 +1,181 @@
+// ckpt reshard: rewrite a checkpoint under another layout, offline.
+// ckpt plan:    the read plan of a load under another layout, without data.
+#include <chrono>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/offline_reshard.h"
+#include "cli/commands.h"
+#include "reshard/gpt_config_json.h"
+#include "reshard/read_plan.h"
+
+namespace ckpt::cli {
+namespace {
+
+using nlohmann::json;
+
+struct SavedModel {
+  Manifest manifest;
+  reshard::GptConfig model;
+};
+
+Result<SavedModel> ReadSavedModel(const std::string& root, int64_t iteration) {
+  SavedModel s;
+  CKPT_ASSIGN_OR_RETURN(s.manifest, ReadManifest(DefaultEnv(), root, iteration));
+  if (!s.manifest.metadata.contains("gpt"))
+    return Status::InvalidArgument("checkpoint under '" + root +
+                                   "' records no GPT config in its metadata: the layout rules of its tensors are unknown");
+  CKPT_ASSIGN_OR_RETURN(s.model, reshard::GptConfigFromJson(s.manifest.metadata["gpt"]));
+  return s;
+}
+
+class GptRankState final : public RankState {
+ public:
+  explicit GptRankState(reshard::GptLocalState s) : state_(std::move(s)), dict_(state_.StateDict()) {}
+  ShardedStateDict& dict() override { return dict_; }
+
+ private:
+  reshard::GptLocalState state_;
+  ShardedStateDict dict_;
+};
+
+Result<std::vector<reshard::GptShard>> TargetShards(const reshard::GptConfig& model, const ParallelConfig& pc, int rank) {
+  CKPT_ASSIGN_OR_RETURN(RankCoords c, CoordsOf(pc, rank));
+  return reshard::GptShards(model, pc, c);
+}
+
+int Fail(const char* cmd, const Status& st) {
+  std::fprintf(stderr, "ckpt %s: %s\n", cmd, st.ToString().c_str());
+  return kExitError;
+}
+
+struct ReshardFlags {
+  std::string src, dst, to, compression = "none";
+  int64_t iteration = -1;
+  int64_t chunk_kb = 4096;
+  bool json = false;
+};
+
+int RunReshard(const ReshardFlags& f) {
+  auto saved = ReadSavedModel(f.src, f.iteration);
+  if (!saved.ok()) return Fail("reshard", saved.status());
+  auto target = ParallelConfig::Parse(f.to);
+  if (!target.ok()) return Fail("reshard", target.status());
+  auto comp = ParseCompression(f.compression);
+  if (!comp.ok()) return Fail("reshard", comp.status());
+  OfflineReshardOptions o;
+  o.src_root = f.src;
+  o.src_iteration = saved->manifest.iteration;
+  o.dst_root = f.dst;
+  o.world_size = target->world_size();
+  o.layout = reshard::LayoutToJson(*target);
+  o.metadata = saved->manifest.metadata;
+  o.metadata["resharded_from"] = saved->manifest.layout;
+  o.write.codec.compression = *comp;
+  o.write.chunk_bytes = f.chunk_kb * 1024;
+  const reshard::GptConfig model = saved->model;
+  const ParallelConfig pc = *target;
+  auto stats = ReshardOffline(o, [&](int rank) -> Result<std::unique_ptr<RankState>> {
+    CKPT_ASSIGN_OR_RETURN(auto shards, TargetShards(model, pc, rank));
+    CKPT_ASSIGN_OR_RETURN(auto state, reshard::GptLocalState::Create(std::move(shards)));
+    return std::unique_ptr<RankState>(new GptRankState(std::move(state)));
+  });
+  if (!stats.ok()) return Fail("reshard", stats.status());
+  json out = {{"op", "reshard"}, {"from", saved->manifest.layout}, {"to", pc.ToString()},
+              {"iteration", stats->src_iteration}, {"bytes_read", stats->bytes_read},
+              {"bytes_written", stats->bytes_written}, {"seconds", stats->seconds}};
+  if (f.json) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("reshard iter %lld %s -> %s: read %.1f MB, wrote %.1f MB in %.3f s; committed under %s\n",
+                static_cast<long long>(stats->src_iteration), saved->manifest.layout.dump().c_str(),
+                pc.ToString().c_str(), stats->bytes_read / 1e6, stats->bytes_written / 1e6, stats->seconds,
+                f.dst.c_str());
+  }
+  return kExitOk;
+}
+
+struct PlanFlags {
+  std::string root, to;
+  int64_t iteration = -1;
+  bool json = false, per_rank = false;
+};
+
+int RunPlan(const PlanFlags& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto saved = ReadSavedModel(f.root, f.iteration);
+  if (!saved.ok()) return Fail("plan", saved.status());
+  auto target = ParallelConfig::Parse(f.to);
+  if (!target.ok()) return Fail("plan", target.status());
+  std::vector<reshard::SavedShard> shards;
+  for (const auto& s : saved->manifest.shards) {
+    reshard::SavedShard ss{s.meta, s.file, s.record.chunk_elems, {}};
+    for (const auto& c : s.record.chunks) ss.chunk_stored_bytes.push_back(int64_t(c.stored_size));
+    shards.push_back(std::move(ss));
+  }
+  json ranks = json::array();
+  int64_t total = 0, mx = 0, mn = INT64_MAX;
+  for (int r = 0; r < target->world_size(); ++r) {
+    auto want = TargetShards(saved->model, *target, r);
+    if (!want.ok()) return Fail("plan", want.status());
+    std::vector<ShardedTensor> requests;
+    for (const auto& g : *want) requests.push_back(g.tensor);
+    auto plan = reshard::PlanReads(shards, requests);
+    if (!plan.ok()) return Fail("plan", plan.status().WithContext("target rank " + std::to_string(r)));
+    std::vector<std::string> files;
+    for (int fi : plan->files) files.push_back(saved->manifest.files[fi].name);
+    ranks.push_back({{"rank", r}, {"bytes_read", plan->bytes_read}, {"chunks", plan->chunks_read},
+                     {"tensors", requests.size()}, {"files", files}});
+    total += plan->bytes_read;
+    mx = std::max(mx, plan->bytes_read);
+    mn = std::min(mn, plan->bytes_read);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  json out = {{"from", saved->manifest.layout}, {"to", target->ToString()}, {"ranks", target->world_size()},
+              {"bytes_read_total", total}, {"bytes_read_max_rank", mx}, {"bytes_read_min_rank", mn},
+              {"checkpoint_bytes", saved->manifest.TotalStoredBytes()}, {"plan_seconds", secs}};
+  if (f.per_rank || f.json) out["per_rank"] = ranks;
+  if (f.json) {
+    std::printf("%s\n", out.dump(1).c_str());
+    return kExitOk;
+  }
+  std::printf("plan %s -> %s: %d ranks read %.1f MB in total (checkpoint %.1f MB), per rank max %.1f / min %.1f MB; planned in %.3f s\n",
+              saved->manifest.layout.dump().c_str(), target->ToString().c_str(), target->world_size(), total / 1e6,
+              saved->manifest.TotalStoredBytes() / 1e6, mx / 1e6, mn / 1e6, secs);
+  if (f.per_rank)
+    for (const auto& r : ranks)
+      std::printf("  rank %3d: %10.3f MB, %5lld chunks, %zu files\n", r["rank"].get<int>(),
+                  r["bytes_read"].get<int64_t>() / 1e6, static_cast<long long>(r["chunks"].get<int64_t>()),
+                  r["files"].size());
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterReshard(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("reshard", "Rewrite a checkpoint under another layout (offline, committed atomically)");
+  auto f = std::make_shared<ReshardFlags>();
+  cmd->add_option("src", f->src, "source checkpoint root")->required();
+  cmd->add_option("dst", f->dst, "destination checkpoint root")->required();
+  cmd->add_option("--to", f->to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
+  cmd->add_option("--iter", f->iteration, "source iteration (default: the tracker's)");
+  cmd->add_option("--compress", f->compression, "none or zstd");
+  cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
+  cmd->add_flag("--json", f->json, "machine-readable output");
+  cmd->callback([=]() { *exit_code = RunReshard(*f); });
+}
+
+void RegisterPlan(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("plan", "Print the read plan of loading a checkpoint under another layout (no data read)");
+  auto f = std::make_shared<PlanFlags>();
+  cmd->add_option("root", f->root, "checkpoint root")->required();
+  cmd->add_option("--to", f->to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
+  cmd->add_option("--iter", f->iteration, "iteration (default: the tracker's)");
+  cmd->add_flag("--per-rank", f->per_rank, "one line per target rank");
+  cmd->add_flag("--json", f->json, "machine-readable output");
+  cmd->callback([=]() { *exit_code = RunPlan(*f); });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Offline reshard: save TP2xPP2xDP2 with mpirun, `ckpt plan` and `ckpt reshard`
+# it to TP4 and to TP1xPP2, then load each result (its own layout and another)
+# checking every element; the output must be a committed, verifiable checkpoint.
+set -euo pipefail
+ckpt=$1 scratch=$2
+rm -rf "$scratch" && mkdir -p "$scratch"
+$MPIRUN -np 8 "$ckpt" save --root "$scratch/src" --iter 7 --model tiny --layout tp=2,pp=2,dp=2
+plan=$("$ckpt" plan "$scratch/src" --to tp=4 --json)
+echo "$plan" | head -5
+grep -q '"ranks": 4' <<<"$plan"
+check() {  # check <root> <np> <layout>
+  out=$($MPIRUN -np "$2" "$ckpt" load --root "$1" --layout "$3")
+  echo "$out"
+  grep -q "mismatches 0" <<<"$out"
+}
+"$ckpt" reshard "$scratch/src" "$scratch/tp4" --to tp=4
+"$ckpt" verify "$scratch/tp4"
+"$ckpt" inspect --json "$scratch/tp4" | grep -q '"tp": 4'
+check "$scratch/tp4" 4 tp=4
+check "$scratch/tp4" 1 tp=1
+"$ckpt" reshard "$scratch/src" "$scratch/pp2" --to tp=1,pp=2 --compress zstd
+"$ckpt" verify "$scratch/pp2"
+check "$scratch/pp2" 2 tp=1,pp=2
+check "$scratch/pp2" 8 tp=8
+# The destination refuses to be overwritten: a second reshard into it fails, the first stays.
+if "$ckpt" reshard "$scratch/src" "$scratch/tp4" --to tp=2 2>"$scratch/err"; then
+  echo "FAILED: reshard replaced an existing iteration"; exit 1
+fi
+grep -q "already exists" "$scratch/err"
+check "$scratch/tp4" 4 tp=4
+rm -rf "$scratch"
+echo "offline reshard: PASSED"
