@@ -1,5 +1,6 @@
 // ckpt reshard: rewrite a checkpoint under another layout, offline.
 // ckpt plan:    the read plan of a load under another layout, without data.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -98,23 +99,73 @@ int RunReshard(const ReshardFlags& f) {
 }
 
 struct PlanFlags {
-  std::string root, to;
+  std::string root, to, simulate, from;
   int64_t iteration = -1;
+  int64_t chunk_kb = 4096;
   bool json = false, per_rank = false;
 };
 
+// Rows per chunk as the shard writer picks them: at most chunk_bytes, rows
+// spread evenly (see shard_file.cc), so simulated costs match real files.
+int64_t ChunkElems(const ShardedTensor& t, int64_t chunk_bytes) {
+  const int64_t es = int64_t(DTypeSize(t.dtype));
+  int64_t rows = t.flat_range ? t.num_elements() : (t.local_shape.empty() ? 1 : t.local_shape[0]);
+  int64_t row_elems = t.flat_range || t.local_shape.empty() ? 1 : NumElements(t.local_shape) / std::max<int64_t>(rows, 1);
+  if (rows == 0 || row_elems == 0) return 0;
+  const int64_t max_rows = std::clamp<int64_t>(chunk_bytes / (row_elems * es), 1, rows);
+  const int64_t chunks = (rows + max_rows - 1) / max_rows;
+  return (rows + chunks - 1) / chunks * row_elems;
+}
+
+// The saved shard index a job of layout `from` would write: every main
+// replica of every rank, file = the rank's index, chunks laid out as the
+// writer would (raw sizes).
+Result<std::vector<reshard::SavedShard>> SimulatedSaved(const reshard::GptConfig& model, const ParallelConfig& from,
+                                                        int64_t chunk_bytes) {
+  std::vector<reshard::SavedShard> saved;
+  for (int r = 0; r < from.world_size(); ++r) {
+    CKPT_ASSIGN_OR_RETURN(auto shards, TargetShards(model, from, r));
+    for (const auto& g : shards) {
+      if (!g.tensor.is_main_replica()) continue;
+      reshard::SavedShard ss{g.tensor, r, ChunkElems(g.tensor, chunk_bytes), {}};
+      const int64_t n = g.tensor.num_elements();
+      const int64_t chunks = ss.chunk_elems > 0 ? (n + ss.chunk_elems - 1) / ss.chunk_elems : 0;
+      ss.chunk_stored_bytes.assign(size_t(chunks), ss.chunk_elems * int64_t(DTypeSize(g.tensor.dtype)));
+      saved.push_back(std::move(ss));
+    }
+  }
+  return saved;
+}
+
+Result<SavedModel> SavedForPlan(const PlanFlags& f, std::vector<reshard::SavedShard>* shards) {
+  SavedModel saved;
+  if (!f.simulate.empty()) {
+    CKPT_ASSIGN_OR_RETURN(saved.model, reshard::GptPreset(f.simulate));
+    CKPT_ASSIGN_OR_RETURN(ParallelConfig from, ParallelConfig::Parse(f.from));
+    CKPT_ASSIGN_OR_RETURN(*shards, SimulatedSaved(saved.model, from, f.chunk_kb * 1024));
+    saved.manifest.layout = reshard::LayoutToJson(from);
+    for (int r = 0; r < from.world_size(); ++r) saved.manifest.files.push_back({ShardFileName(r), r, 0});
+    for (const auto& s : *shards)
+      for (int64_t b : s.chunk_stored_bytes) saved.manifest.files[s.file_index].size += uint64_t(b);
+    return saved;
+  }
+  if (f.root.empty()) return Status::InvalidArgument("give a checkpoint root, or --simulate <preset> --from <layout>");
+  CKPT_ASSIGN_OR_RETURN(saved, ReadSavedModel(f.root, f.iteration));
+  for (const auto& s : saved.manifest.shards) {
+    reshard::SavedShard ss{s.meta, s.file, s.record.chunk_elems, {}};
+    for (const auto& c : s.record.chunks) ss.chunk_stored_bytes.push_back(int64_t(c.stored_size));
+    shards->push_back(std::move(ss));
+  }
+  return saved;
+}
+
 int RunPlan(const PlanFlags& f) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto saved = ReadSavedModel(f.root, f.iteration);
+  std::vector<reshard::SavedShard> shards;
+  auto saved = SavedForPlan(f, &shards);
   if (!saved.ok()) return Fail("plan", saved.status());
   auto target = ParallelConfig::Parse(f.to);
   if (!target.ok()) return Fail("plan", target.status());
-  std::vector<reshard::SavedShard> shards;
-  for (const auto& s : saved->manifest.shards) {
-    reshard::SavedShard ss{s.meta, s.file, s.record.chunk_elems, {}};
-    for (const auto& c : s.record.chunks) ss.chunk_stored_bytes.push_back(int64_t(c.stored_size));
-    shards.push_back(std::move(ss));
-  }
   json ranks = json::array();
   int64_t total = 0, mx = 0, mn = INT64_MAX;
   for (int r = 0; r < target->world_size(); ++r) {
@@ -124,10 +175,12 @@ int RunPlan(const PlanFlags& f) {
     for (const auto& g : *want) requests.push_back(g.tensor);
     auto plan = reshard::PlanReads(shards, requests);
     if (!plan.ok()) return Fail("plan", plan.status().WithContext("target rank " + std::to_string(r)));
-    std::vector<std::string> files;
-    for (int fi : plan->files) files.push_back(saved->manifest.files[fi].name);
-    ranks.push_back({{"rank", r}, {"bytes_read", plan->bytes_read}, {"chunks", plan->chunks_read},
-                     {"tensors", requests.size()}, {"files", files}});
+    if (f.per_rank) {
+      std::vector<std::string> files;
+      for (int fi : plan->files) files.push_back(saved->manifest.files[fi].name);
+      ranks.push_back({{"rank", r}, {"bytes_read", plan->bytes_read}, {"chunks", plan->chunks_read},
+                       {"tensors", requests.size()}, {"files", files}});
+    }
     total += plan->bytes_read;
     mx = std::max(mx, plan->bytes_read);
     mn = std::min(mn, plan->bytes_read);
@@ -136,7 +189,8 @@ int RunPlan(const PlanFlags& f) {
   json out = {{"from", saved->manifest.layout}, {"to", target->ToString()}, {"ranks", target->world_size()},
               {"bytes_read_total", total}, {"bytes_read_max_rank", mx}, {"bytes_read_min_rank", mn},
               {"checkpoint_bytes", saved->manifest.TotalStoredBytes()}, {"plan_seconds", secs}};
-  if (f.per_rank || f.json) out["per_rank"] = ranks;
+  out["saved_shards"] = shards.size();
+  if (f.per_rank) out["per_rank"] = ranks;
   if (f.json) {
     std::printf("%s\n", out.dump(1).c_str());
     return kExitOk;
@@ -170,10 +224,13 @@ void RegisterReshard(CLI::App& app, int* exit_code) {
 void RegisterPlan(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("plan", "Print the read plan of loading a checkpoint under another layout (no data read)");
   auto f = std::make_shared<PlanFlags>();
-  cmd->add_option("root", f->root, "checkpoint root")->required();
+  cmd->add_option("root", f->root, "checkpoint root (or use --simulate)");
   cmd->add_option("--to", f->to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
   cmd->add_option("--iter", f->iteration, "iteration (default: the tracker's)");
-  cmd->add_flag("--per-rank", f->per_rank, "one line per target rank");
+  cmd->add_option("--simulate", f->simulate, "plan a checkpoint of this GPT preset that was never written (e.g. llama70b)");
+  cmd->add_option("--from", f->from, "with --simulate: the layout it was saved with");
+  cmd->add_option("--chunk-kb", f->chunk_kb, "with --simulate: chunk size of the simulated files");
+  cmd->add_flag("--per-rank", f->per_rank, "one line (or JSON entry) per target rank");
   cmd->add_flag("--json", f->json, "machine-readable output");
   cmd->callback([=]() { *exit_code = RunPlan(*f); });
 }
