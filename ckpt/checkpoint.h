@@ -76,6 +76,9 @@ struct SaveStats {
 
 Result<SaveStats> SaveCheckpoint(const ShardedStateDict& state, const SaveOptions& opts);
 
+// Cores per local rank: hardware threads / OMPI_COMM_WORLD_LOCAL_SIZE (>= 1).
+int DefaultLoadThreads();
+
 struct LoadOptions {
   std::string root;
   int64_t iteration = -1;  // -1: the tracker's
@@ -84,6 +87,7 @@ struct LoadOptions {
   Millis timeout{60000};
   bool verify_hashes = true;
   bool fallback = false;   // on a bad latest checkpoint, try older committed ones
+  int threads = DefaultLoadThreads();  // read/verify/decode workers of this rank
 };
 
 struct LoadStats {

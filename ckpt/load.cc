@@ -1,6 +1,10 @@
 // LoadCheckpoint: tracker -> manifest -> read plan -> hash-checked chunks.
 #include <algorithm>
+#include <atomic>
+#include <set>
+#include <thread>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -28,47 +32,87 @@ std::vector<reshard::SavedShard> SavedShards(const Manifest& m) {
   return saved;
 }
 
-// Fills every requested tensor of `state` from one verified manifest.
-Status LoadTensors(ShardedStateDict& state, const Manifest& m, ChunkReader& reader, LoadStats* stats) {
+struct Target {
+  int request;
+  const std::vector<reshard::CopyRun>* runs;
+};
+using ChunkKey = std::pair<int, int64_t>;  // (saved shard, chunk)
+using ChunkTargets = std::map<ChunkKey, std::vector<Target>>;
+
+// Reads, checks and scatters chunks order[begin, end) with its own reader.
+Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkTargets& targets,
+                     const std::vector<ChunkKey>& order, size_t begin, size_t end, ChunkReader& reader,
+                     const std::atomic<bool>& stop, int64_t* elements) {
+  for (size_t i = begin; i < end && !stop.load(std::memory_order_relaxed); ++i) {
+    const ChunkKey& key = order[i];
+    const ManifestShard& s = m.shards[key.first];
+    const size_t es = DTypeSize(s.meta.dtype);
+    CKPT_ASSIGN_OR_RETURN(auto chunk, reader.ReadDecoded(s.file, s.record, key.second, es,
+                                                         "tensor '" + s.meta.key + "'"));
+    for (const Target& t : targets.at(key)) {
+      std::byte* dst = state.tensors()[t.request].data.data();
+      for (const auto& run : *t.runs) {
+        if (size_t(run.src + run.len) * es > chunk.size())
+          return Status::Corruption("tensor '" + s.meta.key + "': chunk " + std::to_string(key.second) + " of " +
+                                    reader.FilePath(s.file) + " is shorter than its layout");
+        std::memcpy(dst + run.dst * es, chunk.data() + run.src * es, size_t(run.len) * es);
+        *elements += run.len;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Fills every requested tensor of `state` from one verified manifest. Distinct
+// chunks are read once each; `threads` workers take contiguous runs of the
+// (file, offset)-ordered chunk list, so each reads its files front to back and
+// hashing/decoding runs in parallel. Saved shards never overlap, so workers
+// never write the same destination element.
+Status LoadTensors(ShardedStateDict& state, const Manifest& m, const std::string& dir, const LoadOptions& opts,
+                   Env* env, LoadStats* stats) {
   std::vector<ShardedTensor> requests;
   for (const auto& t : state.tensors()) requests.push_back(t.meta);
   CKPT_ASSIGN_OR_RETURN(reshard::ReadPlan plan, reshard::PlanReads(SavedShards(m), requests));
-
-  // Invert the plan: each distinct chunk is read once, then scattered to every request needing it.
-  struct Target { int request; const std::vector<reshard::CopyRun>* runs; };
-  std::map<std::pair<int, int64_t>, std::vector<Target>> by_chunk;
+  ChunkTargets targets;
   for (const auto& rp : plan.requests) {
     if (rp.zero_fill_elems > 0) {
       auto& buf = state.tensors()[rp.request].data;
       std::memset(buf.data(), 0, buf.size());
     }
     stats->zero_filled += rp.zero_fill_elems;
-    for (const auto& cr : rp.reads) by_chunk[{cr.saved_shard, cr.chunk}].push_back({rp.request, &cr.runs});
+    for (const auto& cr : rp.reads) targets[{cr.saved_shard, cr.chunk}].push_back({rp.request, &cr.runs});
   }
-  // Visit chunks in (file, offset) order so each file is read front to back.
-  std::vector<std::pair<int, int64_t>> order;
-  for (const auto& [k, v] : by_chunk) order.push_back(k);
-  std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+  std::vector<ChunkKey> order;
+  for (const auto& [k, v] : targets) order.push_back(k);
+  std::sort(order.begin(), order.end(), [&](const ChunkKey& a, const ChunkKey& b) {
     const ManifestShard &sa = m.shards[a.first], &sb = m.shards[b.first];
     if (sa.file != sb.file) return sa.file < sb.file;
     return sa.record.chunks[a.second].file_offset < sb.record.chunks[b.second].file_offset;
   });
-  for (const auto& key : order) {
-    const ManifestShard& s = m.shards[key.first];
-    const size_t es = DTypeSize(s.meta.dtype);
-    CKPT_ASSIGN_OR_RETURN(auto chunk, reader.ReadDecoded(s.file, s.record, key.second, es,
-                                                         "tensor '" + s.meta.key + "'"));
-    for (const Target& t : by_chunk[key]) {
-      std::byte* dst = state.tensors()[t.request].data.data();
-      for (const auto& run : *t.runs) {
-        if (size_t(run.src + run.len) * es > chunk.size())
-          return Status::Corruption("tensor '" + s.meta.key + "': chunk " + std::to_string(key.second) +
-                                    " of " + reader.FilePath(s.file) + " is shorter than its layout");
-        std::memcpy(dst + run.dst * es, chunk.data() + run.src * es, size_t(run.len) * es);
-        stats->elements += run.len;
-      }
-    }
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(size_t(std::max(opts.threads, 1)), order.size()));
+  std::vector<std::unique_ptr<ChunkReader>> readers;
+  std::vector<Status> results(workers);
+  std::vector<int64_t> elements(workers, 0);
+  std::atomic<bool> stop{false};
+  auto work = [&](size_t w) {
+    const size_t begin = order.size() * w / workers, end = order.size() * (w + 1) / workers;
+    results[w] = ScatterChunks(state, m, targets, order, begin, end, *readers[w], stop, &elements[w]);
+    if (!results[w].ok()) stop = true;
+  };
+  for (size_t w = 0; w < workers; ++w) readers.push_back(std::make_unique<ChunkReader>(env, dir, &m, opts.verify_hashes));
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
+  work(0);
+  for (auto& t : pool) t.join();
+  std::set<int> files;
+  for (size_t w = 0; w < workers; ++w) {
+    CKPT_RETURN_IF_ERROR(results[w]);
+    stats->elements += elements[w];
+    stats->bytes_read += readers[w]->bytes_read();
+    stats->chunks_read += readers[w]->chunks_read();
   }
+  for (const auto& key : order) files.insert(m.shards[key.first].file);
+  stats->files_touched = int(files.size());
   return Status::Ok();
 }
 
@@ -95,12 +139,12 @@ Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts
   CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(env, opts.root, iteration));
   LoadStats stats;
   stats.iteration = m.iteration;
-  ChunkReader reader(env, JoinPath(opts.root, IterDirName(m.iteration)), &m, opts.verify_hashes);
-  CKPT_RETURN_IF_ERROR(LoadTensors(state, m, reader, &stats));
+  const std::string dir = JoinPath(opts.root, IterDirName(m.iteration));
+  CKPT_RETURN_IF_ERROR(LoadTensors(state, m, dir, opts, env, &stats));
+  ChunkReader reader(env, dir, &m, opts.verify_hashes);
   CKPT_RETURN_IF_ERROR(LoadObjects(state, m, reader));
-  stats.bytes_read = reader.bytes_read();
-  stats.chunks_read = reader.chunks_read();
-  stats.files_touched = reader.files_opened();
+  stats.bytes_read += reader.bytes_read();
+  stats.chunks_read += reader.chunks_read();
   return stats;
 }
 
@@ -134,6 +178,13 @@ Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, En
 }
 
 }  // namespace
+
+int DefaultLoadThreads() {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
+  return std::max(1, int(hw) / ranks);
+}
 
 Result<int64_t> ReadTracker(Env* env, const std::string& root) {
   const std::string path = JoinPath(root, kTrackerName);
