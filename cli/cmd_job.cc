@@ -1,6 +1,7 @@
 // ckpt save / ckpt load: a real multi-rank GPT job (run under mpirun) that
-// saves its Megatron-Core sharded state, or loads a checkpoint saved under any
-// layout into its own layout and checks every element.
+// saves its Megatron-Core sharded state (optionally with distributed-optimizer
+// state), or loads a checkpoint saved under any layout into its own layout and
+// checks every element, reporting each rank's peak extra RSS during the load.
 #include <chrono>
 #include <cstdio>
 
@@ -16,8 +17,9 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 struct JobFlags {
-  std::string root, model, layout = "tp=1", compression = "none";
+  std::string root, model, layout = "tp=1", compression = "none", optimizer;
   int64_t iteration = -1;
+  int64_t bucket_elems = -1;
   int64_t chunk_kb = 4096;
   int64_t timeout_ms = 60000;
   bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false;
@@ -29,6 +31,8 @@ void AddCommon(CLI::App* cmd, JobFlags* f) {
   cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective");
   cmd->add_flag("--naive-fc1", f->naive_fc1, "negative control: register SwiGLU fc1 as a plain axis-0 slice");
   cmd->add_flag("--json", f->json, "print the summary as JSON");
+  cmd->add_option("--bucket-elems", f->bucket_elems,
+                  "DDP bucket size in elements for the optimizer layout (0: one bucket per buffer)");
 }
 
 int Fail(const char* cmd, int rank, const Status& st) {
@@ -42,10 +46,12 @@ int RunSave(const JobFlags& f) {
   std::string name;
   auto model = ResolveModel(f.model.empty() ? "tiny" : f.model, f.root, -1, &name);
   if (!model.ok()) return Fail("save", -1, model.status());
-  auto job = StartGptJob(f.layout, *model, name, f.naive_fc1);
+  auto spec = SaveOptimizerSpec(f.optimizer, f.bucket_elems);
+  if (!spec.ok()) return Fail("save", -1, spec.status());
+  auto job = StartGptJob(f.layout, *model, name, f.naive_fc1, *spec);
   if (!job.ok()) return Fail("save", -1, job.status());
   GptJob& j = **job;
-  Status st = j.state->FillExpected(model->vocab_size);
+  Status st = j.FillExpected();
   if (!st.ok()) return Fail("save", j.rank(), st);
   auto comp = ParseCompression(f.compression);
   if (!comp.ok()) return Fail("save", j.rank(), comp.status());
@@ -59,7 +65,8 @@ int RunSave(const JobFlags& f) {
   o.write.chunk_bytes = f.chunk_kb * 1024;
   o.balance_replicas = !f.no_balance;
   o.layout = reshard::LayoutToJson(j.layout);
-  o.metadata = {{"model", name}, {"gpt", reshard::GptConfigToJson(*model)}};
+  o.metadata = {{"model", name}, {"gpt", ModelToJson(*model)}};
+  if (spec->format) o.metadata["optimizer"] = OptimizerMetadata(*spec);
   auto sd_or = j.StateDict();
   if (!sd_or.ok()) return Fail("save", j.rank(), sd_or.status());
   ShardedStateDict& sd = *sd_or;
@@ -80,7 +87,8 @@ int RunSave(const JobFlags& f) {
   json out = {{"op", "save"},      {"iteration", o.iteration}, {"layout", j.layout.ToString()},
               {"model", name},     {"ranks", j.comm->size()},  {"bytes", total},
               {"seconds", secs},   {"mb_per_s", total / 1e6 / secs},
-              {"max_rank_bytes", mx}, {"min_rank_bytes", mn}, {"phase_seconds", r->phase_seconds}};
+              {"max_rank_bytes", mx}, {"min_rank_bytes", mn}, {"phase_seconds", r->phase_seconds},
+              {"optimizer", f.optimizer}};
   if (f.json)
     Print0(j, "%s\n", out.dump().c_str());
   else
@@ -90,13 +98,41 @@ int RunSave(const JobFlags& f) {
   return kExitOk;
 }
 
+// One rank's memory during the load (bytes).
+struct LoadMemory {
+  int64_t rss_before = -1, peak = -1, state = 0, largest_shard = 0;
+  bool peak_reset = false;
+  int64_t extra() const { return peak >= 0 && rss_before >= 0 ? peak - rss_before : -1; }
+};
+
+int64_t LargestShard(const ShardedStateDict& sd) {
+  int64_t mx = 0;
+  for (const auto& t : sd.tensors()) mx = std::max(mx, t.meta.num_bytes());
+  return mx;
+}
+
+int64_t LargestChunk(const Manifest& m) {
+  int64_t mx = 0;
+  for (const auto& s : m.shards)
+    mx = std::max(mx, std::min(s.record.chunk_elems, s.meta.num_elements()) * int64_t(DTypeSize(s.meta.dtype)));
+  return mx;
+}
+
 int RunLoad(const JobFlags& f) {
   std::string name;
   auto model = ResolveModel(f.model, f.root, f.iteration, &name);
   if (!model.ok()) return Fail("load", -1, model.status());
-  auto job = StartGptJob(f.layout, *model, name, f.naive_fc1);
+  auto saved = ReadManifest(DefaultEnv(), f.root, f.iteration);
+  auto spec = LoadOptimizerSpec(f.optimizer, f.bucket_elems,
+                                saved.ok() ? saved->metadata : nlohmann::json::object());
+  if (!spec.ok()) return Fail("load", -1, spec.status());
+  auto job = StartGptJob(f.layout, *model, name, f.naive_fc1, *spec);
   if (!job.ok()) return Fail("load", -1, job.status());
   GptJob& j = **job;
+  if (spec->format == reshard::OptimizerFormat::kBucketSpace) {
+    Status pre = PrecheckBucketLayout(j, f.root, f.iteration);
+    if (!pre.ok()) return j.rank() == 0 ? Fail("load", 0, pre) : kExitError;
+  }
   LoadOptions o;
   o.root = f.root;
   o.iteration = f.iteration;
@@ -107,41 +143,71 @@ int RunLoad(const JobFlags& f) {
   if (!sd_or.ok()) return Fail("load", j.rank(), sd_or.status());
   ShardedStateDict& sd = *sd_or;
   if (!j.comm->Barrier(o.timeout, "start").ok()) return kExitError;
+  MemoryProbe probe;
+  LoadMemory mem{.state = j.StateBytes(), .largest_shard = LargestShard(sd)};
+  mem.peak_reset = probe.ResetPeak();
+  mem.rss_before = probe.Rss();
   const auto t0 = Clock::now();
   auto r = LoadCheckpoint(sd, o);
   const double secs = Secs(t0);
+  mem.peak = probe.Peak();
   if (!r.ok()) return Fail("load", j.rank(), r.status());
-  int64_t mismatches = 0;
+  int64_t mismatches = 0, opt_bad = 0;
   std::string first_bad;
   if (!f.no_check) {
-    auto bad = j.state->CountMismatches(model->vocab_size, &first_bad);
+    auto bad = j.CountMismatches(&first_bad, &opt_bad);
     if (!bad.ok()) return Fail("load", j.rank(), bad.status());
     mismatches = *bad;
   }
+  const int64_t opt_elems = j.optimizer ? j.optimizer->StateElements() : 0;
   auto all = j.AllGatherJson({{"bytes", r->bytes_read}, {"elements", r->elements + r->zero_filled},
-                              {"bad", mismatches}, {"first_bad", first_bad}, {"files", r->files_touched}});
+                              {"bad", mismatches}, {"opt_bad", opt_bad}, {"opt_elements", opt_elems},
+                              {"first_bad", first_bad}, {"files", r->files_touched},
+                              {"rss_before", mem.rss_before}, {"peak", mem.peak}, {"extra", mem.extra()},
+                              {"state", mem.state}, {"largest_shard", mem.largest_shard},
+                              {"peak_reset", mem.peak_reset}});
   if (!all.ok()) return Fail("load", j.rank(), all.status());
-  int64_t bytes = 0, elements = 0, bad = 0;
+  int64_t bytes = 0, elements = 0, bad = 0, obad = 0, oelems = 0, extra = 0, state = 0, shard = 0;
+  bool reset = true;
   std::string where;
+  json per_rank = json::array();
   for (const auto& a : *all) {
     bytes += a["bytes"].get<int64_t>();
     elements += a["elements"].get<int64_t>();
     bad += a["bad"].get<int64_t>();
+    obad += a["opt_bad"].get<int64_t>();
+    oelems += a["opt_elements"].get<int64_t>();
+    extra = std::max(extra, a["extra"].get<int64_t>());
+    state = std::max(state, a["state"].get<int64_t>());
+    shard = std::max(shard, a["largest_shard"].get<int64_t>());
+    reset = reset && a["peak_reset"].get<bool>();
     if (where.empty()) where = a["first_bad"].get<std::string>();
+    per_rank.push_back({{"rss_before", a["rss_before"]}, {"peak", a["peak"]}, {"extra", a["extra"]},
+                        {"state", a["state"]}});
   }
-  auto saved = ReadManifest(DefaultEnv(), f.root, r->iteration);
+  const int64_t chunk = saved.ok() ? LargestChunk(*saved) : -1;
   std::string from = saved.ok() ? saved->layout.dump() : "?";
+  const std::string opt_name = spec->format ? std::string(reshard::OptimizerFormatName(*spec->format)) : "none";
   json out = {{"op", "load"},       {"iteration", r->iteration}, {"layout", j.layout.ToString()},
               {"saved_layout", from}, {"ranks", j.comm->size()}, {"bytes", bytes},
               {"seconds", secs},    {"mb_per_s", bytes / 1e6 / secs}, {"elements_checked", f.no_check ? 0 : elements},
-              {"mismatches", bad},  {"first_mismatch", where}};
-  if (f.json)
+              {"mismatches", bad},  {"first_mismatch", where},
+              {"optimizer", opt_name}, {"optimizer_elements_checked", f.no_check ? 0 : oelems},
+              {"optimizer_mismatches", obad},
+              {"memory", {{"peak_extra_rss_max", extra}, {"local_state_bytes_max", state},
+                          {"largest_local_shard_bytes_max", shard}, {"largest_chunk_bytes", chunk},
+                          {"peak_reset", reset}, {"per_rank", per_rank}}}};
+  if (f.json) {
     Print0(j, "%s\n", out.dump().c_str());
-  else
-    Print0(j, "load  iter %lld  %s <- %s: %.1f MB in %.3f s = %.0f MB/s; elements checked %lld, mismatches %lld%s%s\n",
+  } else {
+    Print0(j, "load  iter %lld  %s <- %s: %.1f MB in %.3f s = %.0f MB/s; optimizer %s; elements checked %lld (optimizer %lld), mismatches %lld%s%s\n",
            static_cast<long long>(r->iteration), j.layout.ToString().c_str(), from.c_str(), bytes / 1e6, secs,
-           bytes / 1e6 / secs, static_cast<long long>(f.no_check ? 0 : elements), static_cast<long long>(bad),
+           bytes / 1e6 / secs, opt_name.c_str(), static_cast<long long>(f.no_check ? 0 : elements),
+           static_cast<long long>(f.no_check ? 0 : oelems), static_cast<long long>(bad),
            where.empty() ? "" : " first at ", where.c_str());
+    Print0(j, "load  memory: peak extra RSS %.1f MB (max over ranks%s); local state max %.1f MB; largest local shard %.1f MB; largest chunk %.1f MB\n",
+           extra / 1e6, reset ? "" : ", peak not resettable: upper bound", state / 1e6, shard / 1e6, chunk / 1e6);
+  }
   return bad == 0 ? kExitOk : kExitCheckFailed;
 }
 
@@ -156,6 +222,10 @@ void RegisterSave(CLI::App& app, int* exit_code) {
   cmd->add_option("--compress", f->compression, "none or zstd");
   cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
   cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
+  f->optimizer = "none";
+  cmd->add_option("--optimizer", f->optimizer,
+                  "distributed-optimizer state to save: none, model (model space: reshardable across "
+                  "DP/TP/PP/EP/bucket size) or bucket (raw bucket slices: same layout only)");
   cmd->callback([=]() { *exit_code = RunSave(*f); });
 }
 
@@ -167,6 +237,9 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
   cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
   cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
   cmd->add_flag("--no-check", f->no_check, "skip the element check");
+  f->optimizer = "auto";
+  cmd->add_option("--optimizer", f->optimizer,
+                  "optimizer state to load: auto (as saved), none, model or bucket");
   cmd->callback([=]() { *exit_code = RunLoad(*f); });
 }
 

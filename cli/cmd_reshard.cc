@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/offline_reshard.h"
 #include "cli/commands.h"
+#include "reshard/dist_optimizer.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/read_plan.h"
 
@@ -32,15 +34,39 @@ Result<SavedModel> ReadSavedModel(const std::string& root, int64_t iteration) {
   return s;
 }
 
+// A target rank's model parameters plus, when the source holds model-space
+// distributed-optimizer state, that rank's optimizer fragments (the optimizer
+// is resharded with the model, never dropped).
 class GptRankState final : public RankState {
  public:
-  explicit GptRankState(reshard::GptLocalState s) : state_(std::move(s)), dict_(state_.StateDict()) {}
+  GptRankState(reshard::GptLocalState s, std::unique_ptr<reshard::DistOptimizerState> opt)
+      : state_(std::move(s)), optimizer_(std::move(opt)), dict_(state_.StateDict()) {
+    if (!optimizer_) return;
+    ShardedStateDict o = optimizer_->StateDict(reshard::OptimizerFormat::kModelSpace);
+    for (auto& t : o.tensors()) dict_.AddTensor(std::move(t.meta), t.data);
+    for (auto& b : o.objects()) dict_.AddObject(std::move(b.meta), std::move(b.bytes));
+  }
   ShardedStateDict& dict() override { return dict_; }
 
  private:
   reshard::GptLocalState state_;
+  std::unique_ptr<reshard::DistOptimizerState> optimizer_;
   ShardedStateDict dict_;
 };
+
+// Whether to carry optimizer state, from the source metadata; bucket-space
+// state is tied to its bucket layout and cannot be rewritten under another one.
+Result<std::optional<int64_t>> OptimizerBucketElems(const nlohmann::json& metadata) {
+  const nlohmann::json opt = metadata.value("optimizer", nlohmann::json());
+  if (!opt.is_object() || !opt.contains("format")) return std::optional<int64_t>();
+  const std::string format = opt.value("format", std::string());
+  if (format == "bucket")
+    return Status::FailedPrecondition(
+        "the source holds bucket-space optimizer state, which loads only into its own bucket layout; "
+        "save it with --optimizer model to reshard it");
+  if (format != "model") return Status::InvalidArgument("unknown optimizer format '" + format + "' in metadata");
+  return std::optional<int64_t>(opt.value("bucket_elems", int64_t{0}));
+}
 
 Result<std::vector<reshard::GptShard>> TargetShards(const reshard::GptConfig& model, const ParallelConfig& pc, int rank) {
   CKPT_ASSIGN_OR_RETURN(RankCoords c, CoordsOf(pc, rank));
@@ -78,10 +104,18 @@ int RunReshard(const ReshardFlags& f) {
   o.write.chunk_bytes = f.chunk_kb * 1024;
   const reshard::GptConfig model = saved->model;
   const ParallelConfig pc = *target;
+  auto bucket_elems = OptimizerBucketElems(saved->manifest.metadata);
+  if (!bucket_elems.ok()) return Fail("reshard", bucket_elems.status());
   auto stats = ReshardOffline(o, [&](int rank) -> Result<std::unique_ptr<RankState>> {
     CKPT_ASSIGN_OR_RETURN(auto shards, TargetShards(model, pc, rank));
+    std::unique_ptr<reshard::DistOptimizerState> opt;
+    if (*bucket_elems) {
+      CKPT_ASSIGN_OR_RETURN(RankCoords c, CoordsOf(pc, rank));
+      CKPT_ASSIGN_OR_RETURN(auto o, reshard::DistOptimizerState::Create(model, pc, c, shards, {**bucket_elems}));
+      opt = std::make_unique<reshard::DistOptimizerState>(std::move(o));
+    }
     CKPT_ASSIGN_OR_RETURN(auto state, reshard::GptLocalState::Create(std::move(shards)));
-    return std::unique_ptr<RankState>(new GptRankState(std::move(state)));
+    return std::unique_ptr<RankState>(new GptRankState(std::move(state), std::move(opt)));
   });
   if (!stats.ok()) return Fail("reshard", stats.status());
   json out = {{"op", "reshard"}, {"from", saved->manifest.layout}, {"to", pc.ToString()},

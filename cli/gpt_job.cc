@@ -1,10 +1,14 @@
 #include "cli/gpt_job.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <fstream>
+#include <string_view>
 
 #include "ckpt/checkpoint.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_moe.h"
 
 namespace ckpt::cli {
 
@@ -15,8 +19,47 @@ Result<std::vector<nlohmann::json>> GptJob::AllGatherJson(const nlohmann::json& 
   return out;
 }
 
+Result<ShardedStateDict> GptJob::StateDict() {
+  CKPT_ASSIGN_OR_RETURN(ShardedStateDict sd, state->StateDictFor(registered));
+  if (!optimizer) return sd;
+  ShardedStateDict opt = optimizer->StateDict(*optimizer_spec.format);
+  for (auto& t : opt.tensors()) sd.AddTensor(std::move(t.meta), t.data);
+  for (auto& o : opt.objects()) sd.AddObject(std::move(o.meta), std::move(o.bytes));
+  return sd;
+}
+
+Status GptJob::FillExpected() {
+  CKPT_RETURN_IF_ERROR(state->FillExpected(model.vocab_size));
+  return optimizer ? optimizer->FillExpected(model.vocab_size) : Status::Ok();
+}
+
+Result<int64_t> GptJob::CountMismatches(std::string* first_bad, int64_t* optimizer_bad) const {
+  CKPT_ASSIGN_OR_RETURN(int64_t bad, state->CountMismatches(model.vocab_size, first_bad));
+  int64_t opt_bad = 0;
+  if (optimizer) {
+    std::string where;
+    CKPT_ASSIGN_OR_RETURN(opt_bad, optimizer->CountMismatches(model.vocab_size, &where));
+    if (bad == 0 && opt_bad > 0 && first_bad) *first_bad = where;
+  }
+  if (optimizer_bad) *optimizer_bad = opt_bad;
+  return bad + opt_bad;
+}
+
+int64_t GptJob::StateBytes() const {
+  return state->TotalBytes() + (optimizer ? optimizer->TotalBytes() : 0);
+}
+
+nlohmann::json ModelToJson(const reshard::GptConfig& cfg) { return reshard::GptConfigToJson(cfg); }
+
+namespace {
+
+Result<reshard::GptConfig> ModelFromJson(const nlohmann::json& j) { return reshard::GptConfigFromJson(j); }
+
+}  // namespace
+
 Result<std::unique_ptr<GptJob>> StartGptJob(const std::string& layout_spec, const reshard::GptConfig& model,
-                                            const std::string& model_name, bool naive_fc1) {
+                                            const std::string& model_name, bool naive_fc1,
+                                            const OptimizerSpec& optimizer) {
   auto job = std::make_unique<GptJob>();
   CKPT_ASSIGN_OR_RETURN(job->session, MpiSession::Init(nullptr, nullptr));
   CKPT_ASSIGN_OR_RETURN(job->comm, MpiComm::Create());
@@ -35,6 +78,13 @@ Result<std::unique_ptr<GptJob>> StartGptJob(const std::string& layout_spec, cons
   auto registered = naive_fc1 ? reshard::NaiveFc1Shards(model, job->layout, job->coords) : shards;
   if (!registered.ok()) return registered.status().WithContext(where);
   job->registered = std::move(registered).value();
+  job->optimizer_spec = optimizer;
+  if (optimizer.format) {
+    auto opt = reshard::DistOptimizerState::Create(model, job->layout, job->coords, *shards,
+                                                   {optimizer.bucket_elems});
+    if (!opt.ok()) return opt.status().WithContext(where);
+    job->optimizer = std::make_unique<reshard::DistOptimizerState>(std::move(opt).value());
+  }
   CKPT_ASSIGN_OR_RETURN(auto state, reshard::GptLocalState::Create(std::move(shards).value()));
   job->state = std::make_unique<reshard::GptLocalState>(std::move(state));
   return job;
@@ -47,7 +97,7 @@ namespace {
 Result<reshard::GptConfig> WithOverrides(const reshard::GptConfig& base, const std::string& spec) {
   const size_t colon = spec.find(':');
   if (colon == std::string::npos) return base;
-  nlohmann::json j = reshard::GptConfigToJson(base);
+  nlohmann::json j = ModelToJson(base);
   std::string rest = spec.substr(colon + 1);
   size_t pos = 0;
   while (pos < rest.size()) {
@@ -61,7 +111,7 @@ Result<reshard::GptConfig> WithOverrides(const reshard::GptConfig& base, const s
     nlohmann::json v = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
     j[kv.substr(0, eq)] = v.is_discarded() ? nlohmann::json(value) : v;
   }
-  return reshard::GptConfigFromJson(j);
+  return ModelFromJson(j);
 }
 
 }  // namespace
@@ -76,7 +126,7 @@ Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::str
   if (!model.empty() && model.front() == '{') {
     *name = "custom";
     try {
-      return reshard::GptConfigFromJson(nlohmann::json::parse(model));
+      return ModelFromJson(nlohmann::json::parse(model));
     } catch (const std::exception& e) {
       return Status::InvalidArgument(std::string("--model is neither a preset nor JSON: ") + e.what());
     }
@@ -85,9 +135,100 @@ Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::str
   if (!m.metadata.contains("gpt"))
     return Status::InvalidArgument("checkpoint under '" + root + "' records no GPT config; pass --model");
   *name = m.metadata.value("model", std::string("custom"));
-  CKPT_ASSIGN_OR_RETURN(reshard::GptConfig saved, reshard::GptConfigFromJson(m.metadata["gpt"]));
+  CKPT_ASSIGN_OR_RETURN(reshard::GptConfig saved, ModelFromJson(m.metadata["gpt"]));
   return WithOverrides(saved, model);  // ":k=v,..." adjusts the saved config
 }
+
+Result<OptimizerSpec> SaveOptimizerSpec(const std::string& flag, int64_t bucket_elems) {
+  OptimizerSpec spec;
+  spec.bucket_elems = std::max<int64_t>(bucket_elems, 0);
+  if (flag == "none") return spec;
+  CKPT_ASSIGN_OR_RETURN(spec.format, reshard::ParseOptimizerFormat(flag));
+  return spec;
+}
+
+nlohmann::json OptimizerMetadata(const OptimizerSpec& spec) {
+  if (!spec.format) return nullptr;
+  return {{"format", std::string(reshard::OptimizerFormatName(*spec.format))},
+          {"bucket_elems", spec.bucket_elems},
+          {"states", reshard::kAdamStates}};
+}
+
+Result<OptimizerSpec> LoadOptimizerSpec(const std::string& flag, int64_t bucket_elems,
+                                        const nlohmann::json& metadata) {
+  OptimizerSpec spec;
+  const nlohmann::json saved = metadata.value("optimizer", nlohmann::json());
+  const bool has = saved.is_object() && saved.contains("format");
+  spec.bucket_elems = bucket_elems >= 0 ? bucket_elems : has ? saved.value("bucket_elems", int64_t{0}) : 0;
+  if (flag == "none" || (flag == "auto" && !has)) return spec;
+  if (!has)
+    return Status::FailedPrecondition("the checkpoint holds no optimizer state (it was saved with "
+                                      "--optimizer none); load it with --optimizer none");
+  CKPT_ASSIGN_OR_RETURN(reshard::OptimizerFormat saved_format,
+                        reshard::ParseOptimizerFormat(saved["format"].get<std::string>()));
+  if (flag != "auto") {
+    CKPT_ASSIGN_OR_RETURN(reshard::OptimizerFormat want, reshard::ParseOptimizerFormat(flag));
+    if (want != saved_format)
+      return Status::FailedPrecondition(
+          saved_format == reshard::OptimizerFormat::kModelSpace
+              ? "the checkpoint holds model-space optimizer state; load it with --optimizer model "
+                "(it reshards to any layout)"
+              : "the checkpoint holds bucket-space optimizer state; it loads only with --optimizer "
+                "bucket into the same bucket layout (save in model space, --optimizer model, to "
+                "reshard)");
+  }
+  spec.format = saved_format;
+  return spec;
+}
+
+Status PrecheckBucketLayout(GptJob& job, const std::string& root, int64_t iteration) {
+  ShardedStateDict request = job.optimizer->BucketLayoutRequest();
+  ShardedStateDict found;
+  Status st = Status::Ok();
+  for (const auto& want : request.objects()) {  // one by one: a missing one is not an error yet
+    ShardedStateDict one;
+    one.AddObject(want.meta);
+    LoadOptions o;
+    o.root = root;
+    o.iteration = iteration;
+    auto r = LoadCheckpoint(one, o);
+    if (r.ok()) {
+      found.AddObject(one.objects()[0].meta, std::move(one.objects()[0].bytes));
+    } else if (r.status().code() != Code::kNotFound) {
+      st = r.status();
+      break;
+    }
+  }
+  if (st.ok()) st = job.optimizer->CheckBucketLayout(found);
+  const std::string mine = st.ok() ? "" : st.message() + " [found on rank " + std::to_string(job.rank()) + "]";
+  CKPT_ASSIGN_OR_RETURN(auto all, job.AllGatherJson(mine));
+  for (const auto& a : all)
+    if (!a.get<std::string>().empty()) return Status::FailedPrecondition(a.get<std::string>());
+  return Status::Ok();
+}
+
+namespace {
+
+int64_t StatusField(std::string_view field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field, 0) == 0 && line.size() > field.size() && line[field.size()] == ':')
+      return std::stoll(line.substr(field.size() + 1)) * 1024;  // "VmRSS:   1234 kB"
+  return -1;
+}
+
+}  // namespace
+
+bool MemoryProbe::ResetPeak() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";  // Linux >= 4.0: reset the peak RSS to the current RSS
+  out.close();
+  return bool(out);
+}
+
+int64_t MemoryProbe::Rss() const { return StatusField("VmRSS"); }
+int64_t MemoryProbe::Peak() const { return StatusField("VmHWM"); }
 
 void Print0(const GptJob& job, const char* fmt, ...) {
   if (job.rank() != 0) return;

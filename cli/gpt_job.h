@@ -1,19 +1,29 @@
 // A GPT job rank for `ckpt save` / `ckpt load`: MPI start-up, the rank's
-// layout and coordinates, and its Megatron-Core model state filled with (or
-// checked against) the deterministic expected values. Run under mpirun with
-// as many processes as the layout's world size (or alone for world 1).
+// layout and coordinates, and its Megatron-Core model state - plus, when asked,
+// its distributed-optimizer state (reshard/dist_optimizer.h) in model or bucket
+// space - filled with (or checked against) the deterministic expected values.
+// Run under mpirun with as many processes as the layout's world size (or alone
+// for world 1). Failures are Status values naming the rank; not thread-safe.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "ckpt/comm_mpi.h"
 #include "ckpt/parallel_state.h"
+#include "reshard/dist_optimizer.h"
 #include "reshard/megatron_gpt.h"
 
 namespace ckpt::cli {
+
+// Whether the job carries distributed-optimizer state, and in which format.
+struct OptimizerSpec {
+  std::optional<reshard::OptimizerFormat> format;  // nullopt: model state only
+  int64_t bucket_elems = 0;                        // DDP bucket size (<= 0: no bucketing)
+};
 
 struct GptJob {
   std::unique_ptr<MpiSession> session;
@@ -24,9 +34,17 @@ struct GptJob {
   std::string model_name;
   std::unique_ptr<reshard::GptLocalState> state;  // correct layout: filled and checked
   std::vector<reshard::GptShard> registered;        // the descriptors handed to save/load
+  OptimizerSpec optimizer_spec;
+  std::unique_ptr<reshard::DistOptimizerState> optimizer;  // set iff optimizer_spec.format
 
-  // The state dict over `state` with the `registered` descriptors.
-  Result<ShardedStateDict> StateDict() { return state->StateDictFor(registered); }
+  // The model entries over `state` with the `registered` descriptors, then the
+  // optimizer's (fragments or bucket slices + layout objects, and the step).
+  Result<ShardedStateDict> StateDict();
+  // Model and optimizer expected values / mismatches (optimizer ones also in
+  // *optimizer_bad when non-null; first_bad names the first of all).
+  Status FillExpected();
+  Result<int64_t> CountMismatches(std::string* first_bad, int64_t* optimizer_bad) const;
+  int64_t StateBytes() const;  // model + optimizer bytes this rank holds
 
   int rank() const { return comm->rank(); }
   // Gathers one JSON value per rank on every rank (phase "report").
@@ -37,12 +55,41 @@ struct GptJob {
 // state for `model`. With `naive_fc1` the local memory still holds the right
 // values but SwiGLU fc1 is registered as one plain axis-0 slice (the naive
 // concatenation bug): loading such a checkpoint at another TP gives wrong values.
+// The optimizer state is built over the true (not the naive) model layout.
 Result<std::unique_ptr<GptJob>> StartGptJob(const std::string& layout_spec, const reshard::GptConfig& model,
-                                            const std::string& model_name, bool naive_fc1);
+                                            const std::string& model_name, bool naive_fc1,
+                                            const OptimizerSpec& optimizer = {});
+
+// The "gpt" metadata of a checkpoint: GptConfigToJson plus the MoE fields.
+nlohmann::json ModelToJson(const reshard::GptConfig& cfg);
 
 // Resolves --model: a preset name, else the "gpt" config in the checkpoint's metadata.
 Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::string& root, int64_t iteration,
                                         std::string* name);
+
+// The optimizer part of `ckpt save`: "none", "model" or "bucket".
+Result<OptimizerSpec> SaveOptimizerSpec(const std::string& flag, int64_t bucket_elems);
+// The optimizer part of `ckpt load` given the checkpoint's metadata: "auto"
+// loads what was saved (nothing if nothing was), "none" skips it, "model" /
+// "bucket" must match what was saved (else FailedPrecondition saying which
+// flag would load it). bucket_elems < 0: as saved (0 if not recorded).
+Result<OptimizerSpec> LoadOptimizerSpec(const std::string& flag, int64_t bucket_elems,
+                                        const nlohmann::json& metadata);
+// The manifest metadata recording `spec` ({"format", "bucket_elems", "states"}).
+nlohmann::json OptimizerMetadata(const OptimizerSpec& spec);
+
+// Bucket space only: loads this rank's bucket-layout descriptors (a few hundred
+// bytes each, before any tensor) and compares them with its own; all ranks
+// agree, so every rank returns the first failing rank's explanation.
+Status PrecheckBucketLayout(GptJob& job, const std::string& root, int64_t iteration);
+
+// Resident-set figures of this process from /proc/self/status, in bytes (-1 if unknown).
+struct MemoryProbe {
+  // Resets the peak (VmHWM) to the current RSS via /proc/self/clear_refs; false if not allowed.
+  bool ResetPeak();
+  int64_t Rss() const;
+  int64_t Peak() const;
+};
 
 // Prints on rank 0 only.
 void Print0(const GptJob& job, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

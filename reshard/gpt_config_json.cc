@@ -1,11 +1,13 @@
 #include "reshard/gpt_config_json.h"
 
+#include "reshard/megatron_moe.h"
+
 namespace ckpt::reshard {
 
 using nlohmann::json;
 
 json GptConfigToJson(const GptConfig& c) {
-  return {{"vocab_size", c.vocab_size},
+  json j = {{"vocab_size", c.vocab_size},
           {"hidden", c.hidden},
           {"ffn_hidden", c.ffn_hidden},
           {"num_layers", c.num_layers},
@@ -21,6 +23,8 @@ json GptConfigToJson(const GptConfig& c) {
           {"first_stage_layers", c.first_stage_layers},
           {"last_stage_layers", c.last_stage_layers},
           {"stack_layers", c.stack_layers}};
+  MoeConfigToJson(c, &j);
+  return j;
 }
 
 Result<GptConfig> GptConfigFromJson(const json& j) {
@@ -45,6 +49,7 @@ Result<GptConfig> GptConfigFromJson(const json& j) {
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("bad GPT config in checkpoint metadata: ") + e.what());
   }
+  CKPT_RETURN_IF_ERROR(MoeConfigFromJson(j, &c));
   CKPT_RETURN_IF_ERROR(c.Validate());
   return c;
 }

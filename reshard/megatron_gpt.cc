@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "reshard/expected_values.h"
+#include "reshard/megatron_moe.h"
 
 namespace ckpt::reshard {
 namespace {
@@ -102,6 +103,15 @@ void EmitLayer(Builder& b, const std::string& chunk_prefix, int local_index, int
               1);
   if (bias) EmitReplicated(b, place("self_attention.linear_proj.bias"), {h});
   EmitReplicated(b, place("pre_mlp_layernorm.weight"), {h});
+  if (cfg.num_experts > 0) {
+    const std::string key_prefix =
+        cfg.stack_layers ? "decoder.layers." : "decoder.layers." + Str(global_layer) + ".";
+    AppendMoeMlpShards(cfg, b.pc, b.c,
+                       {chunk_prefix + "decoder.layers." + Str(local_index) + ".", key_prefix,
+                        cfg.stack_layers ? global_layer : -1},
+                       &b.out);
+    return;
+  }
   if (cfg.swiglu) {
     EmitSwiglu(b, place("mlp.linear_fc1.weight"), {2 * ffn, h});
     if (bias) EmitSwiglu(b, place("mlp.linear_fc1.bias"), {2 * ffn});
@@ -148,6 +158,7 @@ Result<std::vector<GptShard>> BuildShards(const GptConfig& cfg, const ParallelCo
   CKPT_RETURN_IF_ERROR(cfg.Validate());
   CKPT_RETURN_IF_ERROR(RankOf(pc, coords).status());
   CKPT_RETURN_IF_ERROR(CheckTp(cfg, pc));
+  CKPT_RETURN_IF_ERROR(CheckMoe(cfg, pc));
   CKPT_ASSIGN_OR_RETURN(std::vector<LayerSpan> spans, StageLayerSpans(cfg, pc, coords.pp));
   Builder b{cfg, pc, coords, naive_fc1, {}};
   for (int v = 0; v < pc.vpp; ++v) {

@@ -18,7 +18,9 @@
 //    non-main replica (1, 0, dp_cp) of embedding.word_embeddings.weight;
 //  - PP/VPP: stage p, chunk v holds a contiguous layer span (MCore
 //    get_transformer_layer_offset, uneven first/last stages included);
-//    stacked layers share key "decoder.layers.<name>" with a prepended layer axis.
+//    stacked layers share key "decoder.layers.<name>" with a prepended layer axis;
+//  - MoE (num_experts > 0): router + experts instead of the dense MLP, with the
+//    rules of reshard/megatron_moe.h.
 //
 // Pure functions of their arguments; thread-safe. Errors are InvalidArgument
 // naming the offending field.
@@ -55,6 +57,10 @@ struct GptConfig {
   int first_stage_layers = -1;  // -1 = not set (even split)
   int last_stage_layers = -1;
   bool stack_layers = false;
+  // Mixture of experts (reshard/megatron_moe.h): every layer's MLP is an MCore
+  // MoELayer when num_experts > 0; moe_ffn_hidden 0 = ffn_hidden.
+  int num_experts = 0;
+  int64_t moe_ffn_hidden = 0;
 
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_heads; }
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / num_heads; }

@@ -7,7 +7,7 @@ ckpt=$1 scratch=$2
 rm -rf "$scratch" && mkdir -p "$scratch"
 $MPIRUN -np 8 "$ckpt" save --root "$scratch/src" --iter 7 --model tiny --layout tp=2,pp=2,dp=2
 plan=$("$ckpt" plan "$scratch/src" --to tp=4 --json)
-echo "$plan" | head -5
+head -5 <<<"$plan"
 grep -q '"ranks": 4' <<<"$plan"
 check() {  # check <root> <np> <layout>
   out=$($MPIRUN -np "$2" "$ckpt" load --root "$1" --layout "$3")
@@ -16,7 +16,7 @@ check() {  # check <root> <np> <layout>
 }
 "$ckpt" reshard "$scratch/src" "$scratch/tp4" --to tp=4
 "$ckpt" verify "$scratch/tp4"
-"$ckpt" inspect --json "$scratch/tp4" | grep -q '"tp": 4'
+grep -q '"tp": 4' <<<"$("$ckpt" inspect --json "$scratch/tp4")"
 check "$scratch/tp4" 4 tp=4
 check "$scratch/tp4" 1 tp=1
 "$ckpt" reshard "$scratch/src" "$scratch/pp2" --to tp=1,pp=2 --compress zstd
@@ -29,5 +29,13 @@ if "$ckpt" reshard "$scratch/src" "$scratch/tp4" --to tp=2 2>"$scratch/err"; the
 fi
 grep -q "already exists" "$scratch/err"
 check "$scratch/tp4" 4 tp=4
+# Optimizer state travels with the model: save DP2 with model-space optimizer
+# state, reshard offline to TP2xDP1 and load it there checking optimizer elements.
+$MPIRUN -np 2 "$ckpt" save --root "$scratch/opt" --iter 3 --model tiny --layout dp=2 --optimizer model
+"$ckpt" reshard "$scratch/opt" "$scratch/opt-tp2" --to tp=2
+out=$($MPIRUN -np 2 "$ckpt" load --root "$scratch/opt-tp2" --layout tp=2)
+echo "$out"
+grep -q "mismatches 0" <<<"$out"
+grep -qE "optimizer [1-9][0-9]*\)" <<<"$out" || { echo "FAILED: optimizer state not carried"; exit 1; }
 rm -rf "$scratch"
 echo "offline reshard: PASSED"

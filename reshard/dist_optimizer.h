@@ -1,0 +1,169 @@
+// Megatron-Core distributed-optimizer state: buffer/bucket layout, DP
+// ownership, and its two checkpoint formats.
+//
+// Layout (megatron/core/distributed/param_and_grad_buffer.py, _ParamAndGradBuffer):
+// each model chunk's DDP groups its parameters (named_parameters order) into
+// one buffer per (dense | expert, dtype); a buffer walks its params in REVERSE
+// order, starts each at a multiple of 64 elements, closes a bucket once it holds
+// >= bucket_elems elements (no bucketing: one bucket), pads each bucket's end to
+// lcm(dp, 128), and puts a shared (tied, pp > 1) embedding into a bucket of its
+// own. Bucketing is off on pipeline stages > 0 and model chunks > 0 (MCore DDP /
+// training.get_model). Expert params (allreduce=False, EP > 1) use the
+// expert-data-parallel group; dense ones the DP x CP group.
+// Ownership (megatron/core/optimizer/distrib_optimizer.py, _build_model_gbuf_range):
+// each bucket is split into dp equal contiguous slices; DP rank r owns slice r
+// and holds fp32 main params, exp_avg and exp_avg_sq for exactly that slice.
+//
+// Formats:
+//  - model space (default; MCore "fully_sharded_model_space"): one ShardedTensor
+//    per owned fragment and state, key "optimizer.state.<state>.<param key>",
+//    the param's box and replica (pp, tp slots kept, DP slot 0), flat_range =
+//    the fragment inside the box. A SwiGLU fc1 param is two boxes (W and V), so
+//    an owned range may yield a fragment of each. Loading intersects flat ranges
+//    and boxes, so DP, TP, PP, EP and bucket size may all change.
+//  - bucket space (fast path; like MCore "dp_reshardable"): each rank's raw
+//    slice of each bucket, key "optimizer.distributed.<dp group>.gbuf_idx_<i>.
+//    dtype_<d>.bucket_idx_<b>.<state>", plus one layout descriptor object per
+//    buffer. It loads only into the identical bucket layout; CheckBucketLayout
+//    compares the descriptors (loaded first, a few hundred bytes) and explains.
+// The Adam step is "optimizer.step", an int64 [1] replicated on every rank.
+//
+// Test contents: element i (global index in the param's global tensor) of
+// state s of param key k is ExpectedValue(k + "/" + s, i, fp32); padded vocab
+// rows and bucket padding are zero.
+//
+// Layout functions are pure and thread-safe. DistOptimizerState owns its
+// buffers; state dicts point into it (valid while it lives, also after a move).
+// Not thread-safe. Errors: InvalidArgument naming the field or parameter;
+// CheckBucketLayout: FailedPrecondition with the explanatory sentence.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/parallel_state.h"
+#include "ckpt/sharded_tensor.h"
+#include "ckpt/status.h"
+#include "reshard/megatron_gpt.h"
+
+namespace ckpt::reshard {
+
+enum class OptimizerFormat { kModelSpace, kBucketSpace };
+std::string_view OptimizerFormatName(OptimizerFormat f);  // "model", "bucket"
+Result<OptimizerFormat> ParseOptimizerFormat(std::string_view name);
+
+inline constexpr std::array<const char*, 3> kAdamStates = {"fp32_param", "exp_avg", "exp_avg_sq"};
+inline constexpr const char* kStepKey = "optimizer.step";
+
+// One parameter as a buffer sees it.
+struct BufferParam {
+  std::string name;  // rank-local parameter name (GptShard::param)
+  int64_t numel = 0;
+  bool shared_embedding = false;  // tied embedding/output weight with pp > 1
+};
+
+struct Bucket {
+  int64_t start = 0, end = 0;  // [start, end) in the buffer; end - start % dp == 0
+  int64_t numel_unpadded = 0;
+  int first_param = 0, num_params = 0;  // into BufferLayout::params (buffer order)
+};
+
+struct BufferLayout {
+  std::vector<BufferParam> params;  // buffer order: the model order reversed
+  std::vector<int64_t> starts;      // per param, its first element in the buffer
+  std::vector<Bucket> buckets;
+  int dp_size = 1;
+  int64_t numel() const { return buckets.empty() ? 0 : buckets.back().end; }
+  int64_t SliceElems(int bucket) const;  // one DP rank's share of a bucket
+};
+
+// MCore's index arithmetic over `model_order` (named_parameters order).
+// bucket_elems <= 0: one bucket. Fails on dp < 1 or a negative numel.
+Result<BufferLayout> LayoutBuffer(const std::vector<BufferParam>& model_order, int dp_size,
+                                  int64_t bucket_elems);
+
+// A range of one parameter owned by one DP rank.
+struct OwnedRange {
+  int param = 0;  // index into BufferLayout::params
+  int bucket = 0;
+  int64_t param_begin = 0, param_end = 0;  // flat range inside the (local) parameter
+  int64_t local_pos = 0;  // position in the rank's slices of all buckets, concatenated
+};
+std::vector<OwnedRange> OwnedRanges(const BufferLayout& layout, int dp_rank);
+
+struct DistOptOptions {
+  int64_t bucket_elems = 0;  // DDP bucket_size; <= 0: no bucketing
+};
+
+// One DDP buffer of a rank: which chunk/group it belongs to and its layout.
+struct RankBuffer {
+  int chunk = 0;
+  bool expert = false;
+  DType dtype = DType::kBFloat16;
+  int gbuf_index = 0;      // among the rank's dense (or expert) buffers, chunk-major
+  std::string dp_domain;   // "dp_group_idx_<n>" / "expert_dp_group_idx_<n>"
+  int dp_rank = 0;
+  BufferLayout layout;
+  int64_t bucket_elems = 0;  // the bucket size in effect (0: none)
+};
+
+// The rank's buffers, from its model shards (GptShards) in MCore registration
+// order (the module order, except that attention registers linear_proj before
+// linear_qkv).
+Result<std::vector<RankBuffer>> GptRankBuffers(const GptConfig& cfg, const ParallelConfig& pc,
+                                               const RankCoords& coords,
+                                               const std::vector<GptShard>& model_shards,
+                                               const DistOptOptions& opts);
+
+class DistOptimizerState {
+ public:
+  static Result<DistOptimizerState> Create(const GptConfig& cfg, const ParallelConfig& pc,
+                                           const RankCoords& coords,
+                                           const std::vector<GptShard>& model_shards,
+                                           const DistOptOptions& opts);
+
+  const std::vector<RankBuffer>& buffers() const { return buffers_; }
+  // Spans into this object: model-space fragments or bucket-space slices (+
+  // layout objects), and the step in both.
+  ShardedStateDict StateDict(OptimizerFormat format);
+  // Just the bucket-space layout descriptors (empty bytes), to load before the
+  // tensors; then CheckBucketLayout(loaded).
+  ShardedStateDict BucketLayoutRequest() const;
+  Status CheckBucketLayout(const ShardedStateDict& loaded) const;
+
+  Status FillExpected(int64_t vocab_size);
+  // Mismatching elements (fragments, padding, step); first_bad gets "<key> element <i>".
+  Result<int64_t> CountMismatches(int64_t vocab_size, std::string* first_bad) const;
+  int64_t StateElements() const;  // state elements held (3 per owned slot, padding included)
+  int64_t TotalBytes() const;
+  size_t NumFragments() const { return fragments_.size(); }
+
+ private:
+  struct Fragment {
+    ShardedTensor tensor;  // fp32, key of the param's tensor (no state prefix)
+    int buffer = 0;
+    int64_t pos = 0;  // into states_[buffer][*]
+  };
+  DistOptimizerState() = default;
+  Status Build(const std::vector<GptShard>& model_shards);
+  std::span<std::byte> Span(int buffer, int state, int64_t pos, int64_t n);
+  std::span<const std::byte> View(int buffer, int state, int64_t pos, int64_t n) const;
+  ShardedTensor StepTensor() const;
+
+  ParallelConfig pc_;
+  RankCoords coords_;
+  std::vector<RankBuffer> buffers_;
+  std::vector<std::array<std::vector<float>, 3>> states_;  // per buffer, per Adam state
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> padding_;  // per buffer [pos, end)
+  std::vector<Fragment> fragments_;
+  std::vector<std::string> descriptors_;  // per buffer, bucket-space layout JSON
+  std::vector<int64_t> step_ = std::vector<int64_t>(1, 0);  // heap: spans survive moves
+};
+
+}  // namespace ckpt::reshard

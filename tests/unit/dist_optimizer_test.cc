@@ -1,0 +1,374 @@
+// Distributed-optimizer layout (MCore buffer/bucket arithmetic, DP ownership),
+// model-space fragments (tiling, SwiGLU split, cross-layout round trips through
+// the loader's read planner) and bucket-space layout checks.
+#include "reshard/dist_optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+
+#include "reshard/intersect.h"
+#include "reshard/read_plan.h"
+
+namespace ckpt::reshard {
+namespace {
+
+using Ranges = std::vector<OwnedRange>;
+
+bool Same(const OwnedRange& a, const OwnedRange& b) {
+  return a.param == b.param && a.bucket == b.bucket && a.param_begin == b.param_begin &&
+         a.param_end == b.param_end && a.local_pos == b.local_pos;
+}
+
+void ExpectRanges(const Ranges& got, const Ranges& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(Same(got[i], want[i])) << "range " << i << ": param " << got[i].param << " ["
+                                       << got[i].param_begin << ", " << got[i].param_end
+                                       << ") at " << got[i].local_pos;
+}
+
+// Hand-computed from param_and_grad_buffer.py: reverse order, starts padded to
+// 64, bucket ends padded to lcm(dp, 128), dp equal slices per bucket.
+TEST(DistOptLayoutTest, OneBucketMatchesMcoreArithmetic) {
+  auto L = *LayoutBuffer({{"a", 100}, {"b", 30}, {"c", 200}}, 2, 0);
+  ASSERT_EQ(L.params.size(), 3u);
+  EXPECT_EQ(L.params[0].name, "c");  // buffer order is the model order reversed
+  EXPECT_EQ(L.starts, (std::vector<int64_t>{0, 256, 320}));
+  ASSERT_EQ(L.buckets.size(), 1u);
+  EXPECT_EQ(L.buckets[0].end, 512);  // 420 padded to lcm(2, 128)
+  EXPECT_EQ(L.buckets[0].numel_unpadded, 420);
+  ExpectRanges(OwnedRanges(L, 0), {{0, 0, 0, 200, 0}});
+  ExpectRanges(OwnedRanges(L, 1), {{1, 0, 0, 30, 0}, {2, 0, 0, 100, 64}});
+}
+
+TEST(DistOptLayoutTest, BucketsCloseOnceFull) {
+  auto L = *LayoutBuffer({{"a", 100}, {"b", 30}, {"c", 200}}, 2, 250);
+  ASSERT_EQ(L.buckets.size(), 2u);
+  EXPECT_EQ(L.buckets[0].start, 0);
+  EXPECT_EQ(L.buckets[0].end, 384);  // closes after b (286 >= 250), padded to 128
+  EXPECT_EQ(L.buckets[0].numel_unpadded, 286);
+  EXPECT_EQ(L.buckets[1].start, 384);
+  EXPECT_EQ(L.buckets[1].end, 512);
+  EXPECT_EQ(L.starts, (std::vector<int64_t>{0, 256, 384}));
+  ExpectRanges(OwnedRanges(L, 0), {{0, 0, 0, 192, 0}, {2, 1, 0, 64, 192}});
+  ExpectRanges(OwnedRanges(L, 1), {{0, 0, 192, 200, 0}, {1, 0, 0, 30, 64}, {2, 1, 64, 100, 192}});
+}
+
+TEST(DistOptLayoutTest, SharedEmbeddingGetsItsOwnBucketAndLcmPadding) {
+  auto L = *LayoutBuffer({{"emb", 300, true}, {"x", 10}}, 3, 0);
+  ASSERT_EQ(L.buckets.size(), 2u);
+  EXPECT_EQ(L.buckets[0].end, 384);  // x, then the 64-aligned start 64 padded to lcm(3,128)
+  EXPECT_EQ(L.buckets[0].numel_unpadded, 64);
+  EXPECT_EQ(L.starts[1], 384);  // the embedding starts its bucket
+  EXPECT_EQ(L.buckets[1].end, 768);
+  EXPECT_EQ(L.SliceElems(1), 128);
+  // Same relative ownership as on the last stage, where the copy comes first.
+  auto last = *LayoutBuffer({{"y", 10}, {"out", 300, true}}, 3, 0);
+  EXPECT_EQ(last.starts[0], 0);
+  ExpectRanges(OwnedRanges(last, 2), {{0, 0, 256, 300, 0}});
+  ExpectRanges(OwnedRanges(L, 2), {{1, 1, 256, 300, 128}});
+}
+
+// For any sizes: params aligned, buckets divisible, every param owned exactly once.
+TEST(DistOptLayoutTest, OwnershipPartitionsEveryParam) {
+  std::vector<BufferParam> params;
+  for (int i = 0; i < 23; ++i) params.push_back({"p" + std::to_string(i), 1 + (i * 7919) % 1000});
+  for (int dp : {1, 2, 3, 4, 8, 12})
+    for (int64_t bucket : {0, 500, 3000}) {
+      auto L = *LayoutBuffer(params, dp, bucket);
+      for (int64_t s : L.starts) EXPECT_EQ(s % 64, 0);
+      for (const Bucket& b : L.buckets) EXPECT_EQ((b.end - b.start) % std::lcm(dp, 128), 0);
+      std::vector<std::vector<char>> hit(params.size());
+      for (size_t i = 0; i < params.size(); ++i) hit[i].assign(size_t(L.params[i].numel), 0);
+      for (int r = 0; r < dp; ++r)
+        for (const OwnedRange& o : OwnedRanges(L, r))
+          for (int64_t k = o.param_begin; k < o.param_end; ++k) hit[size_t(o.param)][size_t(k)]++;
+      for (const auto& h : hit)
+        for (char c : h) ASSERT_EQ(c, 1) << "dp " << dp << " bucket " << bucket;
+    }
+}
+
+GptConfig Tiny() { return *GptPreset("tiny"); }
+
+std::vector<RankBuffer> Buffers(const GptConfig& cfg, const char* spec, int rank,
+                                int64_t bucket = 0) {
+  ParallelConfig pc = *ParallelConfig::Parse(spec);
+  RankCoords c = *CoordsOf(pc, rank);
+  auto shards = GptShards(cfg, pc, c);
+  EXPECT_TRUE(shards.ok()) << shards.status().ToString();
+  auto b = GptRankBuffers(cfg, pc, c, *shards, {bucket});
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  return b.ok() ? *b : std::vector<RankBuffer>{};
+}
+
+int IndexOf(const BufferLayout& L, const std::string& name) {
+  for (size_t i = 0; i < L.params.size(); ++i)
+    if (L.params[i].name == name) return int(i);
+  return -1;
+}
+
+TEST(DistOptLayoutTest, GptBuffersFollowMcoreRegistrationAndBucketRules) {
+  auto b = Buffers(Tiny(), "dp=2", 0);
+  ASSERT_EQ(b.size(), 1u);
+  const BufferLayout& L = b[0].layout;
+  EXPECT_EQ(L.params.front().name, "output_layer.weight");  // reversed
+  EXPECT_EQ(L.params.back().name, "embedding.word_embeddings.weight");
+  // named_parameters: linear_proj (Attention.__init__) before linear_qkv; reversed here.
+  EXPECT_LT(IndexOf(L, "decoder.layers.0.self_attention.linear_qkv.weight"),
+            IndexOf(L, "decoder.layers.0.self_attention.linear_proj.weight"));
+  EXPECT_EQ(b[0].dp_domain, "dp_group_idx_0");
+  EXPECT_GT(Buffers(Tiny(), "pp=2,dp=2", 0, 20000)[0].layout.buckets.size(), 1u);
+  EXPECT_EQ(Buffers(Tiny(), "pp=2,dp=2", 2, 20000)[0].layout.buckets.size(), 1u);  // stage 1
+  auto vpp = Buffers(Tiny(), "pp=2,vpp=2,dp=2", 0, 20000);
+  ASSERT_EQ(vpp.size(), 2u);  // one DDP per model chunk
+  EXPECT_GT(vpp[0].layout.buckets.size(), 1u);
+  EXPECT_EQ(vpp[1].layout.buckets.size(), 1u);  // chunks > 0: bucketing disabled
+  EXPECT_EQ(vpp[1].gbuf_index, 1);
+  GptConfig tied = Tiny();
+  tied.tied_embeddings = true;
+  auto first = Buffers(tied, "pp=2,dp=2", 0)[0].layout, last = Buffers(tied, "pp=2,dp=2", 2)[0].layout;
+  EXPECT_EQ(first.buckets.size(), 2u);  // the shared embedding's own bucket
+  EXPECT_EQ(last.buckets.size(), 2u);
+  EXPECT_EQ(first.buckets.back().end - first.buckets.back().start,
+            last.buckets.front().end - last.buckets.front().start);
+}
+
+TEST(DistOptLayoutTest, ExpertParamsHaveTheirOwnBufferOnlyWithEp) {
+  GptConfig moe = Tiny();
+  moe.num_experts = 4;
+  auto ep2 = Buffers(moe, "dp=4,ep=2", 3);
+  ASSERT_EQ(ep2.size(), 2u);
+  EXPECT_FALSE(ep2[0].expert);
+  EXPECT_TRUE(ep2[1].expert);
+  EXPECT_EQ(ep2[1].layout.dp_size, 2);  // expert DP = dp * cp / ep
+  EXPECT_EQ(ep2[1].dp_rank, 1);
+  EXPECT_EQ(ep2[1].dp_domain, "expert_dp_group_idx_1");
+  EXPECT_EQ(IndexOf(ep2[0].layout, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight"), -1);
+  EXPECT_GE(IndexOf(ep2[0].layout, "decoder.layers.0.mlp.router.weight"), 0);
+  auto ep1 = Buffers(moe, "dp=4", 0);  // allreduce stays True without EP
+  ASSERT_EQ(ep1.size(), 1u);
+  EXPECT_GE(IndexOf(ep1[0].layout, "decoder.layers.0.mlp.experts.local_experts.3.linear_fc2.weight"), 0);
+}
+
+// ---- optimizer states of whole jobs ----
+
+struct Job {
+  GptConfig cfg;
+  ParallelConfig pc;
+  std::vector<std::unique_ptr<DistOptimizerState>> ranks;
+  std::vector<ShardedStateDict> dicts;
+};
+
+Job MakeJob(const GptConfig& cfg, const char* spec, int64_t bucket, OptimizerFormat f, bool fill) {
+  Job j{cfg, *ParallelConfig::Parse(spec), {}, {}};
+  for (int r = 0; r < j.pc.world_size(); ++r) {
+    RankCoords c = *CoordsOf(j.pc, r);
+    auto s = DistOptimizerState::Create(cfg, j.pc, c, *GptShards(cfg, j.pc, c), {bucket});
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    j.ranks.push_back(std::make_unique<DistOptimizerState>(std::move(s).value()));
+    if (fill) {
+      EXPECT_TRUE(j.ranks.back()->FillExpected(cfg.vocab_size).ok());
+    }
+    j.dicts.push_back(j.ranks.back()->StateDict(f));
+  }
+  return j;
+}
+
+// What the loader does, in memory: plan reads of `dst` against the main
+// replicas of `src`, copy the runs, zero-fill padded vocab.
+void Reshard(const Job& src, Job& dst) {
+  std::vector<SavedShard> saved;
+  std::vector<std::span<const std::byte>> data;
+  for (const auto& sd : src.dicts)
+    for (const auto& t : sd.tensors())
+      if (t.meta.is_main_replica()) {
+        saved.push_back({t.meta, 0, 0, {}});
+        data.push_back(t.data);
+      }
+  for (auto& sd : dst.dicts) {
+    std::vector<ShardedTensor> req;
+    for (const auto& t : sd.tensors()) req.push_back(t.meta);
+    auto plan = PlanReads(saved, req);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    for (const RequestPlan& rp : plan->requests) {
+      auto& buf = sd.tensors()[size_t(rp.request)].data;
+      const size_t es = DTypeSize(sd.tensors()[size_t(rp.request)].meta.dtype);
+      if (rp.zero_fill_elems > 0) std::memset(buf.data(), 0, buf.size());
+      for (const ChunkRead& cr : rp.reads)
+        for (const CopyRun& run : cr.runs)
+          std::memcpy(buf.data() + run.dst * es, data[size_t(cr.saved_shard)].data() + run.src * es,
+                      size_t(run.len) * es);
+    }
+  }
+}
+
+int64_t Mismatches(const Job& j, bool report = true) {
+  int64_t bad = 0;
+  for (const auto& r : j.ranks) {
+    std::string where;
+    auto n = r->CountMismatches(j.cfg.vocab_size, &where);
+    EXPECT_TRUE(n.ok());
+    if (*n && report) ADD_FAILURE() << "first mismatch: " << where;
+    bad += *n;
+  }
+  return bad;
+}
+
+// Model-space main replicas of every optimizer key tile its global tensor once.
+TEST(DistOptStateTest, ModelSpaceFragmentsTileEveryTensor) {
+  for (const char* spec : {"dp=4", "tp=2,dp=2,pp=2", "tp=2,pp=2,vpp=2,dp=2", "dp=2,cp=2"}) {
+    Job j = MakeJob(Tiny(), spec, 20000, OptimizerFormat::kModelSpace, false);
+    std::map<std::string, std::vector<ShardedTensor>> by_key;
+    std::map<std::string, Shape> shape;
+    for (const auto& sd : j.dicts)
+      for (const auto& t : sd.tensors())
+        if (t.meta.is_main_replica()) {
+          by_key[t.meta.key].push_back(t.meta);
+          shape[t.meta.key] = t.meta.global_shape;
+        }
+    EXPECT_GT(by_key.size(), 3u * 8);
+    for (const auto& [key, shards] : by_key)
+      EXPECT_TRUE(CheckCoverage(key, shape[key], shards).ok()) << spec << " " << key;
+  }
+}
+
+// A DP slice boundary inside a local fc1 [W_r; V_r] leaves a rank with the
+// tail of W and the head of V: two fragments of one key.
+TEST(DistOptStateTest, AnOwnedRangeAcrossSwigluHalvesYieldsAWAndAVFragment) {
+  const int64_t half = 128 * 64;  // W rows [0,128) and V rows [128,256) of [256, 64]
+  int genuine = 0;
+  for (const char* spec : {"dp=2", "dp=3", "dp=5", "dp=8"}) {
+    Job j = MakeJob(Tiny(), spec, 0, OptimizerFormat::kModelSpace, false);
+    for (const auto& sd : j.dicts) {
+      std::map<std::string, std::vector<ShardedTensor>> fc1;
+      for (const auto& t : sd.tensors())
+        if (t.meta.key.find("exp_avg.decoder.layers.") != std::string::npos &&
+            t.meta.key.find("linear_fc1.weight") != std::string::npos)
+          fc1[t.meta.key].push_back(t.meta);
+      for (const auto& [key, f] : fc1) {
+        if (f.size() != 2) continue;
+        EXPECT_EQ(f[0].global_offset, (Shape{0, 0})) << key;  // W ...
+        EXPECT_EQ(f[1].global_offset, (Shape{128, 0})) << key;  // ... then V
+        EXPECT_EQ(f[0].flat_range->end, half);  // one contiguous owned range
+        EXPECT_EQ(f[1].flat_range->begin, 0);
+        genuine += f[0].flat_range->begin > 0 || f[1].flat_range->end < half;
+      }
+    }
+  }
+  EXPECT_GT(genuine, 0) << "no slice boundary fell inside a SwiGLU param: test is vacuous";
+}
+
+struct Change {
+  const char* from;
+  const char* to;
+  int64_t from_bucket = 0, to_bucket = 0;
+  bool tied = false;
+  int experts = 0;
+};
+
+TEST(DistOptStateTest, ModelSpaceReshardsAcrossDpTpPpEpAndBucketSize) {
+  for (const Change& c : std::vector<Change>{{"dp=4", "dp=2"},
+                                             {"dp=2", "dp=8"},
+                                             {"tp=2,dp=2,pp=2", "tp=1,dp=4,pp=1"},
+                                             {"dp=2", "dp=2", 20000, 50000},
+                                             {"tp=4,pp=2", "pp=2,vpp=2,dp=2,tp=2", 30000, 0},
+                                             {"tp=2,pp=2,dp=2", "tp=1,dp=3", 0, 0, true},
+                                             {"tp=2,dp=4,ep=4", "dp=2,ep=2", 20000, 0, false, 8},
+                                             {"dp=2,ep=2", "dp=8,ep=8", 0, 0, false, 8}}) {
+    GptConfig cfg = Tiny();
+    cfg.tied_embeddings = c.tied;
+    cfg.num_experts = c.experts;
+    cfg.moe_ffn_hidden = 32;
+    Job src = MakeJob(cfg, c.from, c.from_bucket, OptimizerFormat::kModelSpace, true);
+    ASSERT_EQ(Mismatches(src), 0);
+    Job dst = MakeJob(cfg, c.to, c.to_bucket, OptimizerFormat::kModelSpace, false);
+    ASSERT_GT(Mismatches(dst, false), 0) << "a fresh state must not look loaded";
+    Reshard(src, dst);
+    EXPECT_EQ(Mismatches(dst), 0) << c.from << " -> " << c.to;
+  }
+}
+
+TEST(DistOptStateTest, CorruptedElementsAndPaddingAreCounted) {
+  Job j = MakeJob(Tiny(), "dp=3", 0, OptimizerFormat::kModelSpace, true);
+  ASSERT_EQ(Mismatches(j), 0);
+  DistOptimizerState& r2 = *j.ranks[2];
+  const Bucket& last = r2.buffers()[0].layout.buckets.back();
+  ASSERT_LT(last.numel_unpadded, last.end - last.start) << "no end padding to corrupt";
+  auto& frag = j.dicts[2].tensors()[0].data;  // a fragment's fp32_param
+  float v;
+  std::memcpy(&v, frag.data(), 4);
+  v = -v;
+  std::memcpy(frag.data(), &v, 4);
+  ShardedStateDict raw = r2.StateDict(OptimizerFormat::kBucketSpace);  // same memory
+  auto& slice = raw.tensors()[raw.tensors().size() - 2].data;  // last bucket's exp_avg_sq
+  std::memset(slice.data() + slice.size() - 4, 0x3f, 4);  // rank 2's tail is end padding
+  std::string where;
+  EXPECT_EQ(*r2.CountMismatches(j.cfg.vocab_size, &where), 2);
+  EXPECT_NE(where.find("optimizer.state.fp32_param."), std::string::npos) << where;
+}
+
+// The raw slices of one DP size, read through the bucket-space keys, tile the buckets.
+TEST(DistOptStateTest, BucketSpaceSlicesTileTheBuckets) {
+  Job j = MakeJob(Tiny(), "tp=2,dp=2", 20000, OptimizerFormat::kBucketSpace, true);
+  std::map<std::string, std::vector<ShardedTensor>> by_key;
+  for (const auto& sd : j.dicts) {
+    EXPECT_EQ(sd.objects().size(), 1u);
+    for (const auto& t : sd.tensors()) by_key[t.meta.key].push_back(t.meta);
+  }
+  for (const auto& [key, shards] : by_key)
+    if (key != kStepKey) {
+      EXPECT_TRUE(CheckCoverage(key, shards[0].global_shape, shards).ok()) << key;
+    }
+  Job same = MakeJob(Tiny(), "tp=2,dp=2", 20000, OptimizerFormat::kBucketSpace, false);
+  Reshard(j, same);
+  EXPECT_EQ(Mismatches(same), 0);
+}
+
+// Loads `src`'s layout objects into a request of `dst`'s rank, then checks.
+Status CheckLayout(const Job& src, const Job& dst, int rank) {
+  ShardedStateDict req = dst.ranks[size_t(rank)]->BucketLayoutRequest();
+  for (auto& want : req.objects())
+    for (const auto& sd : src.dicts)
+      for (const auto& o : sd.objects())
+        if (o.meta.key == want.meta.key && o.meta.is_main_replica()) want.bytes = o.bytes;
+  return dst.ranks[size_t(rank)]->CheckBucketLayout(req);
+}
+
+TEST(DistOptStateTest, BucketLayoutMismatchesAreExplained) {
+  Job dp4 = MakeJob(Tiny(), "dp=4", 0, OptimizerFormat::kBucketSpace, true);
+  EXPECT_TRUE(CheckLayout(dp4, dp4, 3).ok());
+  Job dp2 = MakeJob(Tiny(), "dp=2", 0, OptimizerFormat::kBucketSpace, false);
+  Status st = CheckLayout(dp4, dp2, 0);
+  EXPECT_EQ(st.code(), Code::kFailedPrecondition);
+  EXPECT_NE(st.message().find("data-parallel size is 4, this job's is 2"), std::string::npos);
+  EXPECT_NE(st.message().find("save it in model space (--optimizer model"), std::string::npos);
+  Job huge = MakeJob(Tiny(), "dp=4", 1'000'000'000, OptimizerFormat::kBucketSpace, false);
+  EXPECT_TRUE(CheckLayout(dp4, huge, 2).ok()) << "a bucket size that cuts the same buckets is fine";
+  Job bucketed = MakeJob(Tiny(), "dp=4", 20000, OptimizerFormat::kBucketSpace, false);
+  st = CheckLayout(dp4, bucketed, 1);
+  EXPECT_NE(st.message().find("buckets differ"), std::string::npos) << st.message();
+  Job tp2 = MakeJob(Tiny(), "tp=2,dp=2", 0, OptimizerFormat::kBucketSpace, false);
+  EXPECT_NE(CheckLayout(dp4, tp2, 1).message().find("has no bucket layout"), std::string::npos);
+  // Stage 1 holds 4 layers either way (same local names and sizes), but other ones.
+  GptConfig a = Tiny(), b = Tiny();
+  a.first_stage_layers = a.last_stage_layers = 2;
+  b.first_stage_layers = 3;
+  b.last_stage_layers = 1;
+  Job pa = MakeJob(a, "pp=3", 0, OptimizerFormat::kBucketSpace, true);
+  Job pb = MakeJob(b, "pp=3", 0, OptimizerFormat::kBucketSpace, false);
+  EXPECT_NE(CheckLayout(pa, pb, 1).message().find("parameters laid out in it differ"),
+            std::string::npos);
+}
+
+TEST(DistOptStateTest, FormatNamesRoundTrip) {
+  EXPECT_EQ(*ParseOptimizerFormat("model"), OptimizerFormat::kModelSpace);
+  EXPECT_EQ(OptimizerFormatName(*ParseOptimizerFormat("bucket")), "bucket");
+  EXPECT_FALSE(ParseOptimizerFormat("fully_reshardable").ok());
+}
+
+}  // namespace
+}  // namespace ckpt::reshard
