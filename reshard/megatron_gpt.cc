@@ -225,8 +225,18 @@ Result<GptConfig> GptPreset(std::string_view name) {
     c.num_query_groups = 8;
     return c;
   }
+  if (name == "llama70b" || name == "llama405b") {  // for plan simulation: never materialised here
+    const bool big = name == "llama405b";
+    c.vocab_size = 128256;
+    c.hidden = big ? 16384 : 8192;
+    c.ffn_hidden = big ? 53248 : 28672;
+    c.num_layers = big ? 126 : 80;
+    c.num_heads = big ? 128 : 64;
+    c.num_query_groups = 8;
+    return c;
+  }
   return Status::InvalidArgument("unknown GPT preset '" + std::string(name) +
-                                 "' (known: tiny, demo)");
+                                 "' (known: tiny, demo, llama70b, llama405b)");
 }
 
 int64_t PaddedVocabSize(const GptConfig& cfg, int tp) {

@@ -73,6 +73,8 @@ struct GptConfig {
 // "tiny": 8 layers, hidden 64, np 16, ng 8, vocab 1100 (padding differs per TP),
 //         for tests; TP up to 8, PP up to 8.
 // "demo": ~1 GB of bf16 (495M parameters untied), 8 layers, hidden 2048, GQA.
+// "llama70b" / "llama405b": Llama-3 shapes (GQA 8 groups, vocab 128256), for
+//         `ckpt plan --simulate` only (70B / 405B parameters).
 Result<GptConfig> GptPreset(std::string_view name);
 
 // ceil(V / (divisible_by * tp)) * divisible_by * tp (Megatron vocab_size_with_padding).
