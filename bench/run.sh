@@ -66,7 +66,7 @@ echo "== scaling: ranks and state size"
 for np in 1 2 4; do run_save "scale ranks $np" "$np" "tp=$np" demo; rm -rf "$DIR/scale ranks $np"; done
 for layers in 1 2 4 8; do run_save "scale layers $layers" 2 tp=2 "demo:num_layers=$layers"; rm -rf "$DIR/scale layers $layers"; done
 echo "== plan simulation (no data)"
-for spec in "llama70b tp=8,pp=16,dp=64 tp=8,pp=8,dp=128" "llama405b tp=8,pp=16,dp=128 tp=8,pp=8,dp=256"; do
+for spec in "llama70b tp=8,pp=16,dp=64 tp=8,pp=8,dp=128" "llama405b tp=8,pp=14,dp=146 tp=8,pp=7,dp=292"; do
   set -- $spec
   /usr/bin/time -f '%e %M' -o "$DIR/time.txt" "$CKPT" plan --simulate "$1" --from "$2" --to "$3" --json >"$DIR/plan.json" || true
   /usr/bin/python3 - "$DIR/plan.json" "$DIR/time.txt" "$1" "$R" <<'PY'

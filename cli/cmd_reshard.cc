@@ -2,6 +2,7 @@
 // ckpt plan:    the read plan of a load under another layout, without data.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <optional>
 
@@ -10,6 +11,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/offline_reshard.h"
 #include "cli/commands.h"
+#include "cli/gpt_job.h"
 #include "reshard/dist_optimizer.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/read_plan.h"
@@ -174,7 +176,8 @@ Result<std::vector<reshard::SavedShard>> SimulatedSaved(const reshard::GptConfig
 Result<SavedModel> SavedForPlan(const PlanFlags& f, std::vector<reshard::SavedShard>* shards) {
   SavedModel saved;
   if (!f.simulate.empty()) {
-    CKPT_ASSIGN_OR_RETURN(saved.model, reshard::GptPreset(f.simulate));
+    std::string name;
+    CKPT_ASSIGN_OR_RETURN(saved.model, ResolveModel(f.simulate, "", -1, &name));  // preset[:k=v,...]
     CKPT_ASSIGN_OR_RETURN(ParallelConfig from, ParallelConfig::Parse(f.from));
     CKPT_ASSIGN_OR_RETURN(*shards, SimulatedSaved(saved.model, from, f.chunk_kb * 1024));
     saved.manifest.layout = reshard::LayoutToJson(from);
@@ -201,14 +204,25 @@ int RunPlan(const PlanFlags& f) {
   auto target = ParallelConfig::Parse(f.to);
   if (!target.ok()) return Fail("plan", target.status());
   json ranks = json::array();
+  std::map<std::string, reshard::ReadPlan> plans;
   int64_t total = 0, mx = 0, mn = INT64_MAX;
   for (int r = 0; r < target->world_size(); ++r) {
     auto want = TargetShards(saved->model, *target, r);
     if (!want.ok()) return Fail("plan", want.status());
     std::vector<ShardedTensor> requests;
-    for (const auto& g : *want) requests.push_back(g.tensor);
-    auto plan = reshard::PlanReads(shards, requests);
-    if (!plan.ok()) return Fail("plan", plan.status().WithContext("target rank " + std::to_string(r)));
+    std::string key;  // ranks requesting identical descriptors (DP replicas) share one plan
+    for (const auto& g : *want) {
+      requests.push_back(g.tensor);
+      key += g.tensor.DebugString();
+      key += ';';
+    }
+    auto cached = plans.find(key);
+    if (cached == plans.end()) {
+      auto computed = reshard::PlanReads(shards, requests);
+      if (!computed.ok()) return Fail("plan", computed.status().WithContext("target rank " + std::to_string(r)));
+      cached = plans.emplace(std::move(key), std::move(computed).value()).first;
+    }
+    const reshard::ReadPlan* plan = &cached->second;
     if (f.per_rank) {
       std::vector<std::string> files;
       for (int fi : plan->files) files.push_back(saved->manifest.files[fi].name);
@@ -222,7 +236,8 @@ int RunPlan(const PlanFlags& f) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   json out = {{"from", saved->manifest.layout}, {"to", target->ToString()}, {"ranks", target->world_size()},
               {"bytes_read_total", total}, {"bytes_read_max_rank", mx}, {"bytes_read_min_rank", mn},
-              {"checkpoint_bytes", saved->manifest.TotalStoredBytes()}, {"plan_seconds", secs}};
+              {"checkpoint_bytes", saved->manifest.TotalStoredBytes()}, {"plan_seconds", secs},
+              {"distinct_plans", plans.size()}};
   out["saved_shards"] = shards.size();
   if (f.per_rank) out["per_rank"] = ranks;
   if (f.json) {
