@@ -1,6 +1,8 @@
 #include "ckpt/offline_reshard.h"
 
 #include <chrono>
+#include <map>
+#include <set>
 
 #include "ckpt/commit.h"
 
@@ -18,10 +20,21 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
     RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
     return st;
   };
+  // Nothing may be dropped silently: tensors the target layout does not
+  // request make the reshard fail; single-cell (layout-free) objects the
+  // factory does not request are carried over by target rank 0.
+  std::set<std::string> requested;
+  std::map<std::pair<std::string, int64_t>, const ManifestObject*> carry;
+  for (const auto& o : src.objects) carry[{o.meta.key, o.meta.cell()}] = &o;
   std::vector<Manifest> parts;
   for (int r = 0; r < opts.world_size; ++r) {
     auto state = factory(r);
     if (!state.ok()) return abandon(state.status().WithContext("target rank " + std::to_string(r)));
+    for (const auto& t : (*state)->dict().tensors()) requested.insert(t.meta.key);
+    for (const auto& o : (*state)->dict().objects()) carry.erase({o.meta.key, o.meta.cell()});
+    if (r == 0)
+      for (const auto& [cell, o] : carry)
+        if (NumElements(o->meta.global_shape) == 1) (*state)->dict().AddObject(o->meta);
     LoadOptions lo;
     lo.root = opts.src_root;
     lo.iteration = src.iteration;
@@ -43,6 +56,15 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
     if (!part.ok()) return abandon(part.status().WithContext("reshard, target rank " + std::to_string(r)));
     parts.push_back(std::move(part).value());
   }
+  std::string dropped;
+  for (const auto& s : src.shards)
+    if (!requested.count(s.meta.key) && dropped.find("'" + s.meta.key + "'") == std::string::npos)
+      dropped += (dropped.empty() ? "" : ", ") + ("'" + s.meta.key + "'");
+  for (const auto& [cell, o] : carry)
+    if (NumElements(o->meta.global_shape) != 1) dropped += (dropped.empty() ? "" : ", ") + ("object '" + o->meta.key + "'");
+  if (!dropped.empty())
+    return abandon(Status::FailedPrecondition("offline reshard would drop state the target layout does not describe: " +
+                                              dropped.substr(0, 400) + "; nothing was written"));
   auto merged = MergeManifests(parts, dst_iter, opts.layout, opts.metadata);
   if (!merged.ok()) return abandon(merged.status());
   bool published = false;

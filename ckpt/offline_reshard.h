@@ -6,6 +6,10 @@
 // its shard file, frees the state and moves on. The result is committed with
 // the normal protocol (commit.h), so a crash leaves no visible partial output.
 //
+// Nothing is dropped silently: a source tensor no target rank requests, or a
+// per-rank object, fails the reshard (kFailedPrecondition naming them);
+// single-cell objects (layout-free blobs such as resume state) the factory
+// does not request are carried over unchanged.
 // Memory: one target rank's state at a time plus the loader's read buffers.
 // Thread-compatible.
 #pragma once

@@ -17,6 +17,14 @@ using Clock = std::chrono::steady_clock;
 std::string OkMsg(const std::string& payload) { return "OK" + payload; }
 std::string ErrMsg(const Status& s) { return "ERR" + s.ToString(); }
 bool IsOk(std::string_view m) { return m.substr(0, 2) == "OK"; }
+// This rank aborts because another failed: keep the cause's text, without
+// stacking "Aborted: " prefixes when the cause was itself an abort.
+Status RemoteFailure(std::string_view err_msg) {
+  std::string_view text = err_msg.substr(3);
+  constexpr std::string_view kPrefix = "Aborted: ";
+  if (text.substr(0, kPrefix.size()) == kPrefix) text.remove_prefix(kPrefix.size());
+  return Status::Aborted(std::string(text));
+}
 
 class SaveRun {
  public:
@@ -59,7 +67,7 @@ Result<std::string> SaveRun::Begin() {
     msg = tmp.ok() ? OkMsg(*tmp) : ErrMsg(tmp.status().WithContext(Where("begin")));
   }
   CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "begin"));
-  if (!IsOk(got)) return Status::Aborted(got.substr(3));
+  if (!IsOk(got)) return RemoteFailure(got);
   return got.substr(2);
 }
 
@@ -81,7 +89,7 @@ Result<std::vector<int>> SaveRun::PlanMyWrites() {
     msg = plan.ok() ? OkMsg(EncodeWritePlan(*plan)) : ErrMsg(plan.status().WithContext(Where("plan")));
   }
   CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "plan"));
-  if (!IsOk(got)) return Status::Aborted(got.substr(3));
+  if (!IsOk(got)) return RemoteFailure(got);
   CKPT_ASSIGN_OR_RETURN(WritePlan plan, DecodeWritePlan(got.substr(2)));
   if (plan.writes.size() != size_t(comm_->size())) return Status::Internal("write plan has wrong rank count");
   stats_.bytes_per_rank = plan.bytes_per_rank;
@@ -94,7 +102,8 @@ Status SaveRun::CheckNonFinite(const TensorEntry& t) {
   if (bad < 0) return Status::Ok();
   const char* kind = std::isnan(ElementAsDouble(t.meta.dtype, t.data.data(), bad)) ? "NaN" : "Inf";
   std::string what = "rank " + std::to_string(rank_) + ": tensor '" + t.meta.key + "' holds " + kind +
-                     " at local flat index " + std::to_string(bad) + " (" + t.meta.DebugString() + ")";
+                     " at local flat index " + std::to_string(bad) + ", global index " +
+                     ShapeToString(GlobalIndexOf(t.meta, bad)) + " (" + t.meta.DebugString() + ")";
   if (opts_.nonfinite == NonFinitePolicy::kWarn) {
     std::fprintf(stderr, "ckpt warning: %s\n", what.c_str());
     return Status::Ok();
@@ -121,17 +130,20 @@ Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
   return part;
 }
 
-// Rank 0: any failed vote aborts; else merge, check and publish.
+// Rank 0: any failed vote aborts; else merge, check and publish. Whatever
+// fails before the directory rename, the tmp dir (every rank's files) goes.
 Status SaveRun::Commit(const std::vector<std::string>& votes) {
-  std::vector<Manifest> parts;
-  for (int r = 0; r < int(votes.size()); ++r) {
-    if (!IsOk(votes[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + votes[r].substr(3));
-    CKPT_ASSIGN_OR_RETURN(Manifest part, ParseManifest(votes[r].substr(2), "vote of rank " + std::to_string(r)));
-    parts.push_back(std::move(part));
-  }
-  CKPT_ASSIGN_OR_RETURN(Manifest m, MergeManifests(parts, opts_.iteration, opts_.layout, opts_.metadata));
   bool published = false;
-  Status st = PublishCheckpoint(env_, opts_.root, tmp_dir_, m, opts_.hook, &published);
+  Status st = [&]() -> Status {
+    std::vector<Manifest> parts;
+    for (int r = 0; r < int(votes.size()); ++r) {
+      if (!IsOk(votes[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + votes[r].substr(3));
+      CKPT_ASSIGN_OR_RETURN(Manifest part, ParseManifest(votes[r].substr(2), "vote of rank " + std::to_string(r)));
+      parts.push_back(std::move(part));
+    }
+    CKPT_ASSIGN_OR_RETURN(Manifest m, MergeManifests(parts, opts_.iteration, opts_.layout, opts_.metadata));
+    return PublishCheckpoint(env_, opts_.root, tmp_dir_, m, opts_.hook, &published);
+  }();
   if (!st.ok() && !published) RemoveTree(env_, tmp_dir_).IgnoreError();  // never visible: drop it
   return st;
 }
@@ -166,7 +178,7 @@ Result<SaveStats> SaveRun::Run() {
   Timed("commit", t0);
   if (!IsOk(got)) {
     if (!vote_step.ok()) return vote_step.WithContext(Where("write"));
-    return Status::Aborted(got.substr(3));
+    return RemoteFailure(got);
   }
   CKPT_RETURN_IF_ERROR(Step("commit"));
   stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -23,6 +23,16 @@ int64_t ShardedTensor::num_elements() const {
   return flat_range ? flat_range->size() : NumElements(local_shape);
 }
 
+Shape GlobalIndexOf(const ShardedTensor& t, int64_t pos) {
+  int64_t lin = pos + (t.flat_range ? t.flat_range->begin : 0);
+  Shape idx(t.local_shape.size());
+  for (size_t d = idx.size(); d-- > 0;) {
+    idx[d] = t.global_offset[d] + (t.local_shape[d] ? lin % t.local_shape[d] : 0);
+    if (t.local_shape[d]) lin /= t.local_shape[d];
+  }
+  return idx;
+}
+
 bool ShardedTensor::is_main_replica() const {
   return std::all_of(replica_id.begin(), replica_id.end(), [](int32_t r) { return r == 0; });
 }

@@ -60,6 +60,9 @@ struct ShardedTensor {
   std::string DebugString() const;
 };
 
+// Global coordinates of the element at flat position `pos` of shard `t`.
+Shape GlobalIndexOf(const ShardedTensor& t, int64_t pos);
+
 struct ShardedObject {
   std::string key;
   Shape global_shape;   // grid of blobs, e.g. {tp, pp} for per-rank RNG state

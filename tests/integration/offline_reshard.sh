@@ -37,5 +37,12 @@ out=$($MPIRUN -np 2 "$ckpt" load --root "$scratch/opt-tp2" --layout tp=2)
 echo "$out"
 grep -q "mismatches 0" <<<"$out"
 grep -qE "optimizer [1-9][0-9]*\)" <<<"$out" || { echo "FAILED: optimizer state not carried"; exit 1; }
+# State the target layout rules do not describe is never dropped silently:
+# a `ckpt train` checkpoint (its own optimizer layout) is refused, naming tensors.
+$MPIRUN -np 2 "$ckpt" train --layout tp=2 --model tiny --steps 2 --root "$scratch/train" >/dev/null
+if "$ckpt" reshard "$scratch/train" "$scratch/train-tp1" --to tp=1 2>"$scratch/err"; then
+  echo "FAILED: reshard dropped optimizer state silently"; exit 1
+fi
+grep -q "would drop state the target layout does not describe: 'optimizer.state" "$scratch/err"
 rm -rf "$scratch"
 echo "offline reshard: PASSED"

@@ -266,6 +266,9 @@ TEST_F(BadInput, FailedRankLeavesPreviousCheckpointLatest) {
   }
   EXPECT_EQ(*ReadTracker(DefaultEnv(), root_), 5);
   EXPECT_FALSE(fs::exists(root_ + "/" + IterDirName(8)));
+  for (const auto& e : fs::directory_iterator(root_))  // the aborted save's tmp dir is gone too
+    EXPECT_EQ(e.path().filename().string().find(".iter_"), std::string::npos) << e.path();
+  for (const auto& s : st) EXPECT_EQ(s.message().find("Aborted: Aborted"), std::string::npos) << s.ToString();
   EXPECT_TRUE(Load().ok());
 }
 
@@ -278,7 +281,8 @@ TEST_F(BadInput, NonFiniteStateIsRefused) {
   o.nonfinite = NonFinitePolicy::kRefuse;
   Status st = SaveCheckpoint(s.dict(), o).status();
   EXPECT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
-  EXPECT_NE(st.message().find("NaN at local flat index 123"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("NaN at local flat index 123, global index [12, 3]"), std::string::npos)
+      << st.ToString();
   EXPECT_EQ(*ReadTracker(DefaultEnv(), root_), 5);
 }
 
