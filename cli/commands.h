@@ -16,10 +16,12 @@ void RegisterInspect(CLI::App& app, int* exit_code);
 void RegisterVerify(CLI::App& app, int* exit_code);
 void RegisterSave(CLI::App& app, int* exit_code);
 void RegisterLoad(CLI::App& app, int* exit_code);
+void RegisterFaults(CLI::App& app, int* exit_code);
 void RegisterReshard(CLI::App& app, int* exit_code);
 void RegisterPlan(CLI::App& app, int* exit_code);
 void RegisterTrain(CLI::App& app, int* exit_code);
 void RegisterFingerprint(CLI::App& app, int* exit_code);
 void RegisterDiff(CLI::App& app, int* exit_code);
+void RegisterScenario(CLI::App& app, int* exit_code);
 
 }  // namespace ckpt::cli

@@ -11,11 +11,13 @@ int main(int argc, char** argv) {
   ckpt::cli::RegisterVerify(app, &exit_code);
   ckpt::cli::RegisterSave(app, &exit_code);
   ckpt::cli::RegisterLoad(app, &exit_code);
+  ckpt::cli::RegisterFaults(app, &exit_code);
   ckpt::cli::RegisterReshard(app, &exit_code);
   ckpt::cli::RegisterPlan(app, &exit_code);
   ckpt::cli::RegisterTrain(app, &exit_code);
   ckpt::cli::RegisterFingerprint(app, &exit_code);
   ckpt::cli::RegisterDiff(app, &exit_code);
+  ckpt::cli::RegisterScenario(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

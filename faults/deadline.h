@@ -1,0 +1,86 @@
+// Deadline checks (`ckpt faults deadline`): a rank that hangs (sleeps
+// forever) or dies (SIGKILL) in a phase of a real multi-rank save or load must
+// make every other rank fail within deadline + 1 s, with a message naming a
+// rank and a phase, and nothing may be committed.
+//
+// OpenMPI kills the whole job when one rank dies, which would hide whether
+// the survivors notice by themselves. The jobs therefore run under
+// `mpirun --enable-recovery` (OpenMPI 4.1: the job keeps running after a
+// process dies); every rank writes its outcome and the time it failed, the
+// faulty rank logs when its fault fired, and the runner kills the job once
+// all survivors have reported (the hung rank would never end). Latency =
+// survivor's failure time - fault time (one monotonic clock on one machine).
+//
+// What is checked per scenario: every survivor failed; its latency <= the
+// deadline + 1 s; its message names a rank ("rank(s) N") and a phase
+// ("phase 'x'"); the rank that waited on the faulty one directly ("reporter":
+// rank 0, or every survivor when rank 0 is the faulty one) names exactly
+// that rank and the expected phase; for saves, no iteration directory of the
+// new iteration exists, the tracker still names the old one and the old
+// checkpoint still loads bit for bit.
+//
+// Thread-compatible; runs child processes one at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ckpt/status.h"
+#include "faults/fault_spec.h"
+#include "faults/jobs.h"
+
+namespace ckpt::faults {
+
+struct DeadlineScenario {
+  std::string phase = "save";  // save | load
+  std::string point;           // where the fault fires
+  int rank = 0;
+  int64_t nth = 1;
+  Action action = Action::kHang;  // kHang or kSigkill
+  std::string expect_phase;       // the phase the reporter must name
+  std::string Name() const;
+};
+
+// The default set for an 8-rank job: hangs and kills in begin, plan, write,
+// fsync, vote and commit of a save (faulty rank 0 and others), and in a load.
+std::vector<DeadlineScenario> DefaultDeadlineScenarios(int world);
+
+struct SurvivorReport {
+  int rank = 0;
+  bool failed = false;
+  double latency_s = -1;
+  std::string message;
+  bool names_rank_and_phase = false;
+  bool is_reporter = false;
+  bool names_faulty = false;  // reporter: names the faulty rank and expect_phase
+};
+
+struct DeadlineResult {
+  DeadlineScenario scenario;
+  std::vector<SurvivorReport> survivors;
+  double max_latency_s = 0, min_latency_s = 0;
+  bool committed = false;  // save: new iteration visible or tracker moved
+  bool old_loads = true;
+  std::vector<std::string> problems;  // empty: the scenario passed
+};
+
+struct DeadlineOptions {
+  JobEnv job;                          // job.timeout_ms is the deadline under test
+  std::vector<std::string> mpi_extra;  // added to --enable-recovery
+  std::string work_dir;
+  std::vector<DeadlineScenario> scenarios;  // empty: DefaultDeadlineScenarios
+  int64_t old_iter = 10, new_iter = 20;
+  std::function<void(const std::string&)> log;
+};
+
+Result<std::vector<DeadlineResult>> RunDeadlineChecks(const DeadlineOptions& opts);
+std::string DeadlineTable(const std::vector<DeadlineResult>& results, int64_t timeout_ms);
+
+// Parses the form DeadlineScenario::Name() prints:
+//   "<save|load>:<hang|sigkill>@<point>#<nth>:r<rank>=<expected phase>",
+// e.g. "save:hang@step.vote#1:r5=vote".
+Result<DeadlineScenario> ParseDeadlineScenario(const std::string& text);
+
+}  // namespace ckpt::faults

@@ -1,0 +1,293 @@
+// FaultEnv: counting by (point, rank, nth), every action, the nosync switch,
+// traces, step hooks; and an in-process sweep that fails every operation of
+// a single-process save and requires the loader to return old or new.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/parallel_state.h"
+#include "ckpt/verify.h"
+#include "faults/fault_env.h"
+#include "faults/jobs.h"
+#include "faults/oracle.h"
+#include "support/test_util.h"
+
+namespace ckpt::faults {
+namespace {
+
+FaultEnv MakeEnv(const std::string& spec, int rank = 0, Env* target = DefaultEnv()) {
+  FaultEnv::Options o;
+  o.rank = rank;
+  o.plan = *ParseFaultPlan(spec);
+  o.record_trace = true;
+  return FaultEnv(target, o);
+}
+
+Status WriteAt(Env* env, const std::string& path, uint64_t off, const std::string& data) {
+  CKPT_ASSIGN_OR_RETURN(auto f, env->OpenFile(path, off == 0 ? OpenMode::kCreate : OpenMode::kReadWrite));
+  CKPT_RETURN_IF_ERROR(f->PWrite(off, std::as_bytes(std::span(data.data(), data.size()))));
+  return f->Close();
+}
+
+TEST(FaultEnv, FiresAtTheNthMatchingCallOnce) {
+  const std::string dir = testing::ScratchDir("fenv_nth");
+  FaultEnv env = MakeEnv("point=env.mkdir nth=2 action=eio");
+  EXPECT_TRUE(env.CreateDir(dir + "/a").ok());
+  Status st = env.CreateDir(dir + "/b");
+  EXPECT_EQ(st.code(), Code::kIOError);
+  EXPECT_NE(st.message().find("env.mkdir #2"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(DefaultEnv()->Stat(dir + "/b")->exists);  // the failed call did nothing
+  EXPECT_TRUE(env.CreateDir(dir + "/c").ok());             // once: the next call works
+  EXPECT_EQ(env.fired(), 1);
+}
+
+TEST(FaultEnv, PersistentErrorsKeepFailing) {
+  const std::string dir = testing::ScratchDir("fenv_persist");
+  FaultEnv env = MakeEnv("point=env.mkdir nth=2 action=enospc persistent");
+  EXPECT_TRUE(env.CreateDir(dir + "/a").ok());
+  for (const char* n : {"/b", "/c", "/d"}) EXPECT_EQ(env.CreateDir(dir + n).code(), Code::kNoSpace);
+  EXPECT_EQ(env.fired(), 3);
+}
+
+TEST(FaultEnv, EnospcOnceOnAnyOperation) {
+  const std::string dir = testing::ScratchDir("fenv_enospc");
+  FaultEnv env = MakeEnv("point=env.rename action=enospc; point=env.fsync action=enospc");
+  ASSERT_TRUE(WriteStringToFileSync(DefaultEnv(), dir + "/a", "x").ok());
+  EXPECT_EQ(env.Rename(dir + "/a", dir + "/b").code(), Code::kNoSpace);
+  EXPECT_TRUE(PathExists(dir + "/a"));
+  EXPECT_TRUE(env.Rename(dir + "/a", dir + "/b").ok());
+  EXPECT_EQ(WriteStringToFileSync(&env, dir + "/c", "y").code(), Code::kNoSpace);
+  EXPECT_TRUE(WriteStringToFileSync(&env, dir + "/c", "y").ok());
+}
+
+TEST(FaultEnv, RankAndPathFilters) {
+  const std::string dir = testing::ScratchDir("fenv_filter");
+  FaultEnv other = MakeEnv("point=env.mkdir rank=1 action=eio", /*rank=*/0);
+  EXPECT_TRUE(other.CreateDir(dir + "/a").ok());
+  FaultEnv env = MakeEnv("point=env.mkdir path=target nth=2 action=eio", 1);
+  EXPECT_TRUE(env.CreateDir(dir + "/target1").ok());
+  EXPECT_TRUE(env.CreateDir(dir + "/x").ok());  // does not match: not counted
+  EXPECT_FALSE(env.CreateDir(dir + "/target2").ok());
+}
+
+TEST(FaultEnv, ShortWriteLeavesAPrefixAndFails) {
+  const std::string dir = testing::ScratchDir("fenv_short");
+  FaultEnv env = MakeEnv("point=env.pwrite nth=1 action=short bytes=3; point=env.pwrite nth=2 action=short");
+  Status st = WriteAt(&env, dir + "/f", 0, "abcdefgh");
+  EXPECT_EQ(st.code(), Code::kNoSpace);
+  EXPECT_NE(st.message().find("wrote 3 of 8 bytes"), std::string::npos) << st.ToString();
+  EXPECT_EQ(*ReadFileToString(DefaultEnv(), dir + "/f"), "abc");
+  EXPECT_EQ(WriteAt(&env, dir + "/g", 0, "abcdefgh").code(), Code::kNoSpace);
+  EXPECT_EQ(*ReadFileToString(DefaultEnv(), dir + "/g"), "abcd");  // default: half
+}
+
+TEST(FaultEnv, DelayThenProceed) {
+  const std::string dir = testing::ScratchDir("fenv_delay");
+  FaultEnv env = MakeEnv("point=env.mkdir action=delay ms=120");
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(env.CreateDir(dir + "/a").ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(120));
+  EXPECT_TRUE(DefaultEnv()->Stat(dir + "/a")->exists);
+}
+
+// Counts the syncs that reach the real Env.
+class SyncCounter : public EnvWrapper {
+ public:
+  SyncCounter() : EnvWrapper(DefaultEnv()) {}
+  Status SyncDir(const std::string& p) override {
+    ++dir_syncs;
+    return EnvWrapper::SyncDir(p);
+  }
+  int dir_syncs = 0;
+};
+
+TEST(FaultEnv, NosyncSwallowsSyncs) {
+  const std::string dir = testing::ScratchDir("fenv_nosync");
+  SyncCounter counter;
+  FaultEnv env = MakeEnv("nosync", 0, &counter);
+  EXPECT_TRUE(env.sync_disabled());
+  EXPECT_TRUE(WriteFileAtomic(&env, dir + "/f", "x").ok());
+  EXPECT_EQ(counter.dir_syncs, 0);
+  FaultEnv honest = MakeEnv("", 0, &counter);
+  EXPECT_TRUE(WriteFileAtomic(&honest, dir + "/g", "y").ok());
+  EXPECT_EQ(counter.dir_syncs, 1);
+  int syncs = 0;
+  for (const auto& e : env.Trace()) syncs += e.point == "env.fsync" || e.point == "env.syncdir";
+  EXPECT_EQ(syncs, 2);  // still counted (and injectable)
+}
+
+TEST(FaultEnv, TraceAndStepHook) {
+  const std::string dir = testing::ScratchDir("fenv_trace");
+  FaultEnv env = MakeEnv("point=step.vote nth=2 action=eio");
+  std::vector<std::string> chained;
+  StepHook hook = env.Hook([&](std::string_view s, int) {
+    chained.emplace_back(s);
+    return Status::Ok();
+  });
+  EXPECT_TRUE(hook("vote", 0).ok());
+  EXPECT_EQ(hook("vote", 0).code(), Code::kIOError);
+  EXPECT_TRUE(WriteAt(&env, dir + "/f", 0, "abc").ok());
+  EXPECT_EQ(chained.size(), 2u);
+  auto t = env.Trace();
+  ASSERT_EQ(t.size(), 5u);  // step.vote x2, open, pwrite, close
+  EXPECT_EQ(t[1].point, "step.vote");
+  EXPECT_EQ(t[1].nth, 2);
+  EXPECT_EQ(t[3].point, "env.pwrite");
+  EXPECT_EQ(t[3].bytes, 3u);
+  EXPECT_EQ(t[4].seq, 5);
+}
+
+// Runs `body` in a child process; returns its wait status.
+int InChild(const std::function<void()>& body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    body();
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+std::string g_atexit_marker;
+void AtExit() {
+  if (!g_atexit_marker.empty()) WriteStringToFileSync(DefaultEnv(), g_atexit_marker, "ran").IgnoreError();
+}
+
+TEST(FaultEnv, CrashExitsWithoutCleanup) {
+  const std::string dir = testing::ScratchDir("fenv_crash");
+  int status = InChild([&] {
+    g_atexit_marker = dir + "/atexit";
+    std::atexit(AtExit);
+    FaultEnv env = MakeEnv("point=env.mkdir action=crash");
+    env.CreateDir(dir + "/a").IgnoreError();
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), kCrashExitCode);
+  EXPECT_FALSE(PathExists(dir + "/atexit"));  // no atexit handlers, no flushing
+  EXPECT_FALSE(PathExists(dir + "/a"));       // the operation never started
+}
+
+TEST(FaultEnv, SigkillKillsTheProcess) {
+  const std::string dir = testing::ScratchDir("fenv_kill");
+  int status = InChild([&] {
+    FaultEnv env = MakeEnv("point=env.stat action=sigkill");
+    env.Stat(dir).status().IgnoreError();
+  });
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+}
+
+TEST(FaultEnv, HangNeverReturns) {
+  const std::string dir = testing::ScratchDir("fenv_hang");
+  pid_t pid = fork();
+  if (pid == 0) {
+    FaultEnv env = MakeEnv("point=env.stat action=hang");
+    env.Stat(dir).status().IgnoreError();
+    _exit(0);
+  }
+  usleep(400 * 1000);
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, WNOHANG), 0);  // still in there
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+}
+
+// ---- an in-process campaign over a single-process save ----
+
+struct Gpt {
+  reshard::GptConfig cfg;
+  std::unique_ptr<reshard::GptLocalState> state;
+};
+
+Gpt MakeGpt() {
+  Gpt g;
+  g.cfg = *reshard::GptPreset("tiny");
+  g.cfg.num_layers = 2;
+  ParallelConfig pc = *ParallelConfig::Parse("tp=1");
+  auto shards = *reshard::GptShards(g.cfg, pc, *CoordsOf(pc, 0));
+  g.state = std::make_unique<reshard::GptLocalState>(*reshard::GptLocalState::Create(std::move(shards)));
+  return g;
+}
+
+Status SaveGpt(const std::string& root, int64_t iter, Env* env, StepHook hook = nullptr) {
+  Gpt g = MakeGpt();
+  CKPT_RETURN_IF_ERROR(FillForIteration(*g.state, g.cfg.vocab_size, iter));
+  SaveOptions o;
+  o.root = root;
+  o.iteration = iter;
+  o.env = env;
+  o.write.chunk_bytes = 16 << 10;
+  o.hook = std::move(hook);
+  ShardedStateDict sd = g.state->StateDict();
+  return SaveCheckpoint(sd, o).status();
+}
+
+// The loaded iteration if every element is that iteration's, else an error.
+Result<int64_t> LoadGpt(const std::string& root, bool fallback = false) {
+  Gpt g = MakeGpt();
+  LoadOptions o;
+  o.root = root;
+  o.fallback = fallback;
+  ShardedStateDict sd = g.state->StateDict();
+  CKPT_ASSIGN_OR_RETURN(LoadStats st, LoadCheckpoint(sd, o));
+  std::string first;
+  CKPT_ASSIGN_OR_RETURN(int64_t bad, MismatchesForIteration(*g.state, g.cfg.vocab_size, st.iteration, &first));
+  if (bad) return Status::Internal("torn: " + std::to_string(bad) + " wrong, first " + first);
+  return st.iteration;
+}
+
+TEST(FaultEnvSweep, EveryFailedOperationLeavesOldOrNew) {
+  const std::string base = testing::ScratchDir("sweep") + "/base";
+  ASSERT_TRUE(SaveGpt(base, 10, DefaultEnv()).ok());
+  const std::string traced = base + ".traced";
+  ASSERT_TRUE(CloneTree(base, traced).ok());
+  FaultEnv tracer = MakeEnv("");
+  ASSERT_TRUE(SaveGpt(traced, 20, &tracer, tracer.Hook()).ok());
+  const auto trace = tracer.Trace();
+  ASSERT_GT(trace.size(), 20u);
+  int old_count = 0, new_count = 0;
+  for (const char* mode : {"", " persistent"}) {
+    for (const auto& e : trace) {
+      const std::string root = base + ".case";
+      ASSERT_TRUE(RemoveAll(root).ok());
+      ASSERT_TRUE(CloneTree(base, root).ok());
+      FaultEnv env = MakeEnv("point=" + e.point + " nth=" + std::to_string(e.nth) + " action=eio" + mode);
+      Status saved = SaveGpt(root, 20, &env, env.Hook());
+      EXPECT_GE(env.fired(), 1) << e.point << "#" << e.nth;
+      EXPECT_FALSE(saved.ok()) << e.point << "#" << e.nth;  // an injected error is never swallowed
+      auto loaded = LoadGpt(root);
+      ASSERT_TRUE(loaded.ok()) << e.point << "#" << e.nth << mode << ": " << loaded.status().ToString();
+      EXPECT_TRUE(*loaded == 10 || *loaded == 20) << *loaded;
+      (*loaded == 10 ? old_count : new_count)++;
+    }
+  }
+  EXPECT_GT(old_count, 0);
+  EXPECT_GT(new_count, 0);  // faults after the tracker rename keep the new checkpoint
+}
+
+TEST(FaultEnvSweep, DamageActionAtCommitIsCaught) {
+  const std::string root = testing::ScratchDir("damage_action") + "/root";
+  ASSERT_TRUE(SaveGpt(root, 10, DefaultEnv()).ok());
+  FaultEnv::Options o;
+  o.plan = *ParseFaultPlan("point=step.commit action=bitflip chunk=last");
+  o.root = root;
+  o.iteration = 20;
+  FaultEnv env(DefaultEnv(), o);
+  ASSERT_TRUE(SaveGpt(root, 20, &env, env.Hook()).ok());
+  auto report = VerifyCheckpoint(DefaultEnv(), root, {});
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->issues.size(), 1u);
+  EXPECT_NE(report->issues[0].file.find("rank_00000.h5"), std::string::npos);
+  EXPECT_NE(report->issues[0].problem.find("sha256 mismatch"), std::string::npos);
+  EXPECT_FALSE(LoadGpt(root).ok());
+  EXPECT_EQ(*LoadGpt(root, /*fallback=*/true), 10);
+}
+
+}  // namespace
+}  // namespace ckpt::faults
