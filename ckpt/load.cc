@@ -152,25 +152,46 @@ bool WorthFallingBack(const Status& s) {
   return s.code() == Code::kCorruption || s.code() == Code::kNotFound || s.code() == Code::kIOError;
 }
 
+// Every rank's outcome of one attempt: "" when all ranks succeeded, else the
+// first failing rank's status text; *worth_fallback says whether every
+// failure was damage or absence (so an older iteration may still load).
+Result<std::string> AgreeOnAttempt(const Result<LoadStats>& r, const LoadOptions& opts, bool* worth_fallback) {
+  *worth_fallback = r.ok() || WorthFallingBack(r.status());
+  if (!opts.comm || opts.comm->size() == 1) return r.ok() ? std::string() : r.status().ToString();
+  std::string mine = r.ok() ? "OK" : std::string(*worth_fallback ? "ERF" : "ERR") + r.status().ToString();
+  CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));
+  std::string first;
+  for (int i = 0; i < int(all.size()); ++i) {
+    if (all[i] == "OK") continue;
+    if (all[i].substr(0, 3) == "ERR") *worth_fallback = false;
+    if (first.empty()) first = "rank " + std::to_string(i) + ": " + all[i].substr(3);
+  }
+  return first;
+}
+
 Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
   Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : ReadTracker(env, opts.root);
   if (!opts.fallback) {
     if (!tracked.ok()) return tracked.status();
     return LoadIteration(state, opts, env, *tracked);
   }
-  // Fallback: newest committed iteration (at or below the requested one) that loads and verifies.
+  // Fallback: newest committed iteration (at or below the requested one) that
+  // loads and verifies on every rank; the ranks decide each attempt together,
+  // so one rank's damaged file moves all of them to the same older iteration.
   CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, opts.root));
   std::vector<std::string> skipped;
   if (!tracked.ok()) skipped.push_back("tracker: " + tracked.status().ToString());
   for (auto it = iters.rbegin(); it != iters.rend(); ++it) {
     if (tracked.ok() && *it > *tracked) continue;
     auto r = LoadIteration(state, opts, env, *it);
-    if (r.ok()) {
+    bool worth = true;
+    CKPT_ASSIGN_OR_RETURN(std::string failure, AgreeOnAttempt(r, opts, &worth));
+    if (failure.empty()) {
       r->skipped = skipped;
       return r;
     }
-    if (!WorthFallingBack(r.status())) return r.status();
-    skipped.push_back(IterDirName(*it) + ": " + r.status().ToString());
+    if (!worth) return Status::Aborted("load of " + IterDirName(*it) + " failed on " + failure);
+    skipped.push_back(IterDirName(*it) + ": " + failure);
   }
   std::string why = "no loadable checkpoint under '" + opts.root + "'";
   for (const auto& s : skipped) why += "; " + s;
@@ -235,7 +256,7 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
   const auto start = Clock::now();
   Env* env = opts.env ? opts.env : DefaultEnv();
   Result<LoadStats> r = LoadLocal(state, opts, env);
-  if (opts.comm && opts.comm->size() > 1) {
+  if (opts.comm && opts.comm->size() > 1 && !opts.fallback) {  // fallback agrees per attempt
     // Agree: a rank that failed makes every rank fail, naming it.
     std::string mine = r.ok() ? "OK" + std::to_string(r->iteration) : "ERR" + r.status().ToString();
     CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));

@@ -131,7 +131,19 @@ Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::str
       return Status::InvalidArgument(std::string("--model is neither a preset nor JSON: ") + e.what());
     }
   }
-  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(DefaultEnv(), root, iteration));
+  // The model config is the same in every iteration: with a damaged or empty
+  // tracker take it from the newest committed iteration whose manifest reads
+  // (the loader's --fallback then decides which iteration to load).
+  Result<Manifest> read = ReadManifest(DefaultEnv(), root, iteration);
+  if (!read.ok() && iteration < 0) {
+    auto iters = ListIterations(DefaultEnv(), root);
+    for (auto it = iters.ok() ? iters->rbegin() : decltype(iters->rbegin())(); iters.ok() && it != iters->rend(); ++it)
+      if (auto m = ReadManifest(DefaultEnv(), root, *it); m.ok()) {
+        read = std::move(m);
+        break;
+      }
+  }
+  CKPT_ASSIGN_OR_RETURN(Manifest m, std::move(read));
   if (!m.metadata.contains("gpt"))
     return Status::InvalidArgument("checkpoint under '" + root + "' records no GPT config; pass --model");
   *name = m.metadata.value("model", std::string("custom"));
