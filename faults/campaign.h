@@ -30,7 +30,11 @@
 // no_fsync (the negative control) Sync/SyncDir are no-ops in every job and
 // the power-loss judgements are expected to find lost states.
 //
-// Thread-compatible; runs child processes, one at a time.
+// Failure: an error Result only for setup problems (bad options, the
+// baseline or the fault-free traced save failing, IO in the work dir);
+// everything a fault causes is a classified run. The work dir is wiped first
+// (only if empty or made by an earlier run). Thread-compatible; runs child
+// processes, one at a time.
 #pragma once
 
 #include <cstdint>
@@ -92,12 +96,10 @@ struct VariantStats {
 // counts cases the recovery layout's loader could not see because it reads
 // no byte of the damaged chunk (vocab padding rows beyond its own padding,
 // values unaffected); for those the loader's verdict is taken under the
-// saved layout, which reads every chunk. `fallback_split` counts multi-rank
-// --fallback loads that ended in a clear error because the ranks fell back
-// to different iterations (a loader limitation, reported, not a violation).
+// saved layout, which reads every chunk.
 struct DamageStats {
   int64_t runs = 0, verify_detected = 0, verify_named = 0, load_detected = 0, load_named = 0, fallback_old = 0,
-          undetected = 0, failed = 0, torn = 0, unread = 0, fallback_split = 0;
+          undetected = 0, failed = 0, torn = 0, unread = 0;
 };
 
 struct CampaignReport {

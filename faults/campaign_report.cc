@@ -87,22 +87,26 @@ std::string CampaignReport::Table() const {
   for (Outcome o : kOutcomes) s += Fmt(o == Outcome::kMissed ? " %6lld" : " %5lld", static_cast<long long>(Get(total.counts, o)));
   s += Fmt(" %7.1f\n", seconds);  // the variants' own columns overlap (powercut rows share jobs)
   if (!damage.empty()) {
-    s += Fmt("%-18s %5s %8s %6s %8s %6s %6s %9s %6s %10s %6s %5s\n", "damage", "runs", "verify", "named", "loader",
-             "named", "unread", "fallback", "split", "undetected", "failed", "torn");
+    s += Fmt("%-18s %5s %8s %6s %8s %6s %6s %9s %10s %6s %5s\n", "damage", "runs", "verify", "named", "loader",
+             "named", "unread", "fallback", "undetected", "failed", "torn");
     for (const auto& [kind, d] : damage)
-      s += Fmt("%-18s %5lld %8lld %6lld %8lld %6lld %6lld %9lld %6lld %10lld %6lld %5lld\n", kind.c_str(),
+      s += Fmt("%-18s %5lld %8lld %6lld %8lld %6lld %6lld %9lld %10lld %6lld %5lld\n", kind.c_str(),
                static_cast<long long>(d.runs), static_cast<long long>(d.verify_detected),
                static_cast<long long>(d.verify_named), static_cast<long long>(d.load_detected),
                static_cast<long long>(d.load_named), static_cast<long long>(d.unread),
-               static_cast<long long>(d.fallback_old), static_cast<long long>(d.fallback_split),
+               static_cast<long long>(d.fallback_old),
                static_cast<long long>(d.undetected), static_cast<long long>(d.failed), static_cast<long long>(d.torn));
   }
   s += Fmt("violations (torn + lost + hang + missed + damage failed/torn): %lld; %.1f s\n",
            static_cast<long long>(violations()), seconds);
-  for (const auto& r : notable)
+  constexpr size_t kShown = 12;  // the rest is in ToJson()
+  for (size_t i = 0; i < notable.size() && i < kShown; ++i) {
+    const RunRecord& r = notable[i];
     s += "  " + std::string(IsViolation(r.outcome) ? "VIOLATION " : "") + r.variant + " @ " + r.boundary.Name() +
          ": " + std::string(OutcomeName(r.outcome)) + (r.acked ? " (commit acknowledged)" : "") + ": " + r.detail +
          (r.dir.empty() ? "" : " [" + r.dir + "]") + "\n";
+  }
+  if (notable.size() > kShown) s += "  ... " + std::to_string(notable.size() - kShown) + " more (--json)\n";
   return s;
 }
 
@@ -121,7 +125,6 @@ nlohmann::json CampaignReport::ToJson() const {
     j["damage"][kind] = {{"runs", d.runs}, {"verify_detected", d.verify_detected}, {"verify_named", d.verify_named},
                          {"load_detected", d.load_detected}, {"load_named", d.load_named},
                          {"fallback_old", d.fallback_old}, {"undetected", d.undetected}, {"failed", d.failed}, {"unread", d.unread},
-                         {"fallback_split", d.fallback_split},
                          {"torn", d.torn}};
   for (const auto& r : notable)
     j["notable"].push_back({{"variant", r.variant}, {"boundary", r.boundary.Name()},

@@ -31,7 +31,7 @@ class Checker {
 
   Status Prepare() {
     baseline_ = JoinPath(o_.work_dir, "baseline/root");
-    CKPT_RETURN_IF_ERROR(RemoveAll(o_.work_dir));
+    CKPT_RETURN_IF_ERROR(PrepareWorkDir(o_.work_dir));
     CKPT_RETURN_IF_ERROR(CreateDirs(DefaultEnv(), JoinPath(o_.work_dir, "baseline")));
     std::vector<std::string> args = {"--phase", "save", "--root", baseline_, "--layout", o_.job.layout,
                                      "--model", o_.job.model, "--iter", std::to_string(o_.old_iter)};

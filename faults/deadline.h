@@ -19,6 +19,8 @@
 // new iteration exists, the tracker still names the old one and the old
 // checkpoint still loads bit for bit.
 //
+// Failure: an error Result only for setup problems (layout, baseline save,
+// work dir); a scenario that does not hold lists its problems.
 // Thread-compatible; runs child processes one at a time.
 #pragma once
 

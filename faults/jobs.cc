@@ -132,6 +132,20 @@ Status RemoveAll(const std::string& path) {
   return Status::Ok();
 }
 
+Status PrepareWorkDir(const std::string& dir) {
+  constexpr const char* kMarker = ".ckpt-faults-work";
+  std::error_code ec;
+  if (dir.empty()) return Status::InvalidArgument("no work directory given");
+  // "baseline/" marks work dirs of runs made before the marker existed.
+  const bool ours = fs::exists(fs::path(dir) / kMarker, ec) || fs::is_directory(fs::path(dir) / "baseline", ec);
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec) && !ours)
+    return Status::FailedPrecondition("refusing to wipe '" + dir + "': not empty and not a ckpt faults work directory");
+  CKPT_RETURN_IF_ERROR(RemoveAll(dir));
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IOError("mkdir '" + dir + "': " + ec.message());
+  return WriteStringToFileSync(DefaultEnv(), (fs::path(dir) / kMarker).string(), "");
+}
+
 std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
   std::vector<nlohmann::json> out;
   std::ifstream in(path);

@@ -69,6 +69,10 @@ Result<Recovery> RecoverLatest(const JobEnv& env, const std::string& layout, con
 Status CloneTree(const std::string& src, const std::string& dst,
                  const std::function<bool(const std::string&)>& link = nullptr);
 Status RemoveAll(const std::string& path);
+// Empties `dir` for a run: creates it, or wipes it if it is empty or was made
+// by an earlier run (holds the ".ckpt-faults-work" marker or a "baseline"
+// dir); refuses otherwise.
+Status PrepareWorkDir(const std::string& dir);
 
 // Parses a file of JSON lines (missing file: empty).
 std::vector<nlohmann::json> ReadJsonLines(const std::string& path);
