@@ -39,6 +39,7 @@
 #include "ckpt/shard_file.h"
 #include "ckpt/sharded_tensor.h"
 #include "ckpt/status.h"
+#include "reshard/read_plan.h"
 
 namespace ckpt {
 
@@ -107,6 +108,8 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
 Result<int64_t> ReadTracker(Env* env, const std::string& root);
 // Committed iterations present under root, ascending.
 Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root);
+// The manifest's shards as the read planner's input (chunk layout and stored sizes).
+std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m);
 // Reads and verifies the manifest of `iteration` (-1: the tracker's).
 Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iteration);
 

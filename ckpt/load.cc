@@ -21,16 +21,6 @@ bool AllDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-std::vector<reshard::SavedShard> SavedShards(const Manifest& m) {
-  std::vector<reshard::SavedShard> saved;
-  saved.reserve(m.shards.size());
-  for (const auto& s : m.shards) {
-    reshard::SavedShard ss{s.meta, s.file, s.record.chunk_elems, {}};
-    for (const auto& c : s.record.chunks) ss.chunk_stored_bytes.push_back(int64_t(c.stored_size));
-    saved.push_back(std::move(ss));
-  }
-  return saved;
-}
 
 struct Target {
   int request;
@@ -72,7 +62,7 @@ Status LoadTensors(ShardedStateDict& state, const Manifest& m, const std::string
                    Env* env, LoadStats* stats) {
   std::vector<ShardedTensor> requests;
   for (const auto& t : state.tensors()) requests.push_back(t.meta);
-  CKPT_ASSIGN_OR_RETURN(reshard::ReadPlan plan, reshard::PlanReads(SavedShards(m), requests));
+  CKPT_ASSIGN_OR_RETURN(reshard::ReadPlan plan, reshard::PlanReads(SavedShardsOf(m), requests));
   ChunkTargets targets;
   for (const auto& rp : plan.requests) {
     if (rp.zero_fill_elems > 0) {
@@ -199,6 +189,17 @@ Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, En
 }
 
 }  // namespace
+
+std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m) {
+  std::vector<reshard::SavedShard> saved;
+  saved.reserve(m.shards.size());
+  for (const auto& s : m.shards) {
+    reshard::SavedShard ss{s.meta, s.file, s.record.chunk_elems, {}};
+    for (const auto& c : s.record.chunks) ss.chunk_stored_bytes.push_back(int64_t(c.stored_size));
+    saved.push_back(std::move(ss));
+  }
+  return saved;
+}
 
 int DefaultLoadThreads() {
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());

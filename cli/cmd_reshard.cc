@@ -188,11 +188,7 @@ Result<SavedModel> SavedForPlan(const PlanFlags& f, std::vector<reshard::SavedSh
   }
   if (f.root.empty()) return Status::InvalidArgument("give a checkpoint root, or --simulate <preset> --from <layout>");
   CKPT_ASSIGN_OR_RETURN(saved, ReadSavedModel(f.root, f.iteration));
-  for (const auto& s : saved.manifest.shards) {
-    reshard::SavedShard ss{s.meta, s.file, s.record.chunk_elems, {}};
-    for (const auto& c : s.record.chunks) ss.chunk_stored_bytes.push_back(int64_t(c.stored_size));
-    shards->push_back(std::move(ss));
-  }
+  *shards = SavedShardsOf(saved.manifest);
   return saved;
 }
 
