@@ -2,7 +2,11 @@
 //   ckpt_bench memcpy [MiB]                       memory bandwidth (best of 5)
 //   ckpt_bench async <model> <layout> <root>      under mpirun: per-rank memcpy of
 //       the rank's state vs AsyncSaver blocking time vs total save time
-// Each prints one JSON line (rank 0 for async).
+//   ckpt_bench codec [MiB]                        shuffle+zstd settings: ratio,
+//       encode/decode MB/s, 1 thread, bf16 normal(0,0.02) (table on stderr)
+//   ckpt_bench shard <MiB> <threads> <none|zstd> <dir>   ShardFileWriter MB/s
+//       with <threads> encode workers (fsync included)
+// Each prints JSON lines (rank 0 for async).
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_modes.h"
 #include "ckpt/async_save.h"
 #include "ckpt/comm_mpi.h"
 #include "reshard/gpt_config_json.h"
@@ -123,6 +128,10 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "memcpy") return Memcpy(argc > 2 ? std::stoll(argv[2]) : 1024);
   if (mode == "async" && argc == 5) return Async(argv[2], argv[3], argv[4]);
-  std::fprintf(stderr, "usage: ckpt_bench memcpy [MiB] | async <model> <layout> <root>\n");
+  if (mode == "codec") return ckpt::bench::CodecTable(argc > 2 ? std::stoll(argv[2]) : 256);
+  if (mode == "shard" && argc == 6) return ckpt::bench::ShardWrite(std::stoll(argv[2]), std::stoi(argv[3]), argv[4], argv[5]);
+  std::fprintf(stderr,
+               "usage: ckpt_bench memcpy [MiB] | async <model> <layout> <root> | codec [MiB] |\n"
+               "       shard <MiB> <threads> <none|zstd> <dir>\n");
   return 2;
 }

@@ -63,6 +63,23 @@ for op in by:
         ok = p["seconds"] < 10 and p["max_rss_mb"] < 2048
         print(f"| {op}: {p['ranks']} ranks {p['from']} -> {p['to']} | | | {p['seconds']:.2f} s, {p['max_rss_mb']:.0f} MB RSS | < 10 s, < 2 GB | {'yes' if ok else 'NO'} |")
 
+codec = [r for r in rows if r["op"] == "codec"]
+if codec:
+    print()
+    print("| zstd setting (shuffle, 1 thread, bf16 normal(0,0.02), 4 MiB chunks) | ratio | encode MB/s | decode MB/s | target >= 1.45x at >= 1000 MB/s |")
+    print("|---|---|---|---|---|")
+    for r in codec:
+        met = "yes" if r["ratio"] >= 1.45 and r["encode_mb_per_s"] >= 1000 else "no"
+        name = r["config"]
+        print(f"| {name} | {r['ratio']:.3f} | {r['encode_mb_per_s']:.0f} | {r['decode_mb_per_s']:.0f} | {met} |")
+shard = [r for r in rows if r["op"] == "shard write"]
+if shard:
+    print()
+    print("| shard write, bf16 normal(0,0.02), fsync incl. | MiB | encode workers | MB/s | peak chunks in flight | peak buffered MB |")
+    print("|---|---|---|---|---|---|")
+    for r in shard:
+        print(f"| {r['compression']} | {r['bytes'] >> 20} | {r['encode_threads']} | {r['mb_per_s']:.0f} | {r['peak_chunks_in_flight']} | {r['peak_buffered_bytes']/1e6:.1f} |")
+
 try:
     import matplotlib
     matplotlib.use("Agg")

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One command, one run, one machine: the disk and memory limits (dd with
-# fsync, cold dd read, memcpy), ckpt save/load/reshard raw and compressed,
+# fsync, cold dd read, memcpy), the chunk codec table (zstd settings: ratio,
+# encode/decode MB/s) and pipelined shard writes (encode workers 0/1/2),
+# ckpt save (default workers and serial)/load/reshard raw and compressed,
 # async-save blocking time, peers (torch.save/torch.load per rank, h5py) on the
 # same arrays, scaling over ranks and state size, and the 70B/405B plan
 # simulation. Prints a table of MB/s and ratios and writes bench/out/*.png.
@@ -37,6 +39,11 @@ c=$(cold); t0=$(date +%s.%N); dd if="$DIR/dd.bin" of=/dev/null bs=4M status=none
 rate "dd read" 1073741824 "$(secs "$t0" "$t1")" "\"cold\":$c"
 rm -f "$DIR/dd.bin"
 "$BENCH" memcpy 1024 | tee -a "$R"
+echo "== chunk codec: zstd settings on bf16 normal(0,0.02), 1 thread (table on stderr)"
+"$BENCH" codec 256 | tee -a "$R"
+echo "== pipelined shard write (512 MiB bf16): encode workers 0 (serial) / 1 / 2"
+for comp in none zstd; do for t in 0 1 2; do "$BENCH" shard 512 "$t" "$comp" "$DIR" | tee -a "$R"; done; done
+rm -f "$DIR"/shard_*.h5
 
 run_save() {  # run_save <name> <np> <layout> <model> [flags]
   local name=$1 np=$2 layout=$3 model=$4; shift 4
@@ -53,6 +60,8 @@ run_load() {  # run_load <name> <root> <np> <layout>
 echo "== ckpt on the demo state (~1 GB bf16) at TP$RANKS"
 run_save "ckpt save raw" "$RANKS" "tp=$RANKS" demo
 run_save "ckpt save zstd" "$RANKS" "tp=$RANKS" demo --compress zstd
+run_save "ckpt save raw serial" "$RANKS" "tp=$RANKS" demo --encode-threads 0
+run_save "ckpt save zstd serial" "$RANKS" "tp=$RANKS" demo --compress zstd --encode-threads 0
 run_load "ckpt load raw" "$DIR/ckpt save raw" "$RANKS" "tp=$RANKS"
 run_load "ckpt load zstd" "$DIR/ckpt save zstd" "$RANKS" "tp=$RANKS"
 run_load "ckpt load+reshard TP$RANKS->TP1" "$DIR/ckpt save raw" 1 tp=1

@@ -4,8 +4,9 @@
 // options except its Comm endpoint):
 //  1. begin   rank 0 cleans stale tmp dirs, refuses an existing iter dir,
 //             creates <root>/.iter_N.tmp-<nonce>/ and broadcasts its name.
-//  2. plan    descriptors are gathered on rank 0, which picks one writer for
-//             each distinct shard among the ranks holding a replica of it
+//  2. plan    descriptors (or a rank's failure: validate, the "plan" step)
+//             are gathered on rank 0, which picks one writer for each
+//             distinct shard among the ranks holding a replica of it
 //             (largest first, least-loaded rank) and broadcasts the choice.
 //  3. write   each rank writes its shards into rank_<r>.h5 and fsyncs it.
 //  4. vote    each rank sends ok + its shard index (or its error) to rank 0.
@@ -14,7 +15,14 @@
 //             (never replacing one), fsyncs the root, then replaces the
 //             tracker the same way; broadcasts the outcome.
 // Any error or timeout on any rank before the dir rename aborts the save:
-// nothing becomes visible and the previous checkpoint stays latest. Fsync
+// nothing becomes visible and the previous checkpoint stays latest. When rank
+// 0 times out on a rank in a gather (plan, vote, a load's agreement), it
+// tells the others, so every survivor's error names that rank and phase.
+// The commit point is the durable dir rename (root fsync done). An error
+// between the rename and that fsync fails the save but says the dir is
+// visible. An error after it (tracker update, the "commit" step) does not
+// fail the save: SaveStats::warning says what failed, the iteration is
+// committed and LatestIteration finds it although the tracker lags. Fsync
 // errors are never retried.
 //
 // Load: tracker -> iter dir -> manifest (self-hash verified) -> read plan
@@ -73,6 +81,10 @@ struct SaveStats {
   std::vector<int64_t> bytes_per_rank;  // rank 0 only: raw bytes each rank wrote
   std::map<std::string, double> phase_seconds;
   double seconds = 0;
+  // OK, or what failed after the commit point ("tracker update failed: ..."):
+  // the iteration is committed all the same (same on every rank for rank 0's
+  // tracker update; a rank's own "commit" step failure only on that rank).
+  Status warning;
 };
 
 Result<SaveStats> SaveCheckpoint(const ShardedStateDict& state, const SaveOptions& opts);
@@ -89,6 +101,12 @@ struct LoadOptions {
   bool verify_hashes = true;
   bool fallback = false;   // on a bad latest checkpoint, try older committed ones
   int threads = DefaultLoadThreads();  // read/verify/decode workers of this rank
+  // Read sharing (load_share.h): ranks of this communicator (e.g. the DP
+  // group, or the whole job) that need the same stored chunk read it once;
+  // the reader checks its hash and sends the stored bytes to the others.
+  // Collective over share_comm for every load attempt. nullptr or one rank: off.
+  Comm* share_comm = nullptr;
+  int64_t share_round_bytes = int64_t(64) << 20;  // bytes a rank sends per exchange round
 };
 
 struct LoadStats {
@@ -98,6 +116,10 @@ struct LoadStats {
   int64_t elements = 0;     // elements written into requested buffers
   int64_t zero_filled = 0;  // padded-vocab elements zero-filled
   int files_touched = 0;
+  int64_t bytes_received = 0;  // read sharing: stored bytes other ranks read for this one
+  int64_t bytes_sent = 0;      // read sharing: stored bytes this rank read for others
+  int64_t chunks_received = 0;
+  int share_rounds = 0;
   double seconds = 0;
   std::vector<std::string> skipped;  // fallback: iterations rejected and why
 };
@@ -106,6 +128,14 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
 
 // The iteration the tracker names (kNotFound if there is none; kCorruption if garbage).
 Result<int64_t> ReadTracker(Env* env, const std::string& root);
+// What "latest" means: the newest committed iteration at or above the
+// tracker's, so a save whose tracker update failed after the commit (the
+// tracker lags) is still found. Committed = an iter_N dir whose manifest reads
+// and verifies (ReadManifest); newer dirs that are not are skipped. No
+// tracker: the newest committed iteration (kNotFound if none). A garbage
+// tracker: its kCorruption (never guessed around). Reads only the manifests
+// of dirs newer than the tracker. (ckpt/latest.cc)
+Result<int64_t> LatestIteration(Env* env, const std::string& root);
 // Committed iterations present under root, ascending.
 Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root);
 // The manifest's shards as the read planner's input (chunk layout and stored sizes).

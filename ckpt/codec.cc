@@ -6,10 +6,12 @@
 // n <= 1 the output equals the input. elem_size 2 and 4 (bf16/fp16/fp32, the
 // bulk of a checkpoint) get SSE2 kernels; everything else a plain loop.
 //
-// zstd contexts are cached per thread (ZSTD_compressCCtx emits the same single
-// frame as ZSTD_compress, without allocating a context per chunk), and so is the
-// shuffle scratch buffer, so steady-state encoding does not touch the allocator
-// except for the returned vector.
+// zstd contexts are cached per thread, with their parameters (level, hashLog)
+// set again only when they change, so a chunk costs no context creation or
+// parameter setup; ZSTD_compress2 emits one single frame with the content size,
+// as ZSTD_compress does. The shuffle scratch buffer is cached per thread too,
+// so steady-state encoding does not touch the allocator except for the
+// returned vector.
 #include "ckpt/codec.h"
 
 #include <zstd.h>
@@ -139,8 +141,25 @@ struct DCtxDeleter {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
 
-ZSTD_CCtx* ThreadCCtx() {
+// This thread's compression context, set up for `opts` (kInternal if it
+// cannot be allocated, kInvalidArgument if zstd rejects a parameter).
+Result<ZSTD_CCtx*> ThreadCCtx(const CodecOptions& opts) {
   thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> ctx(ZSTD_createCCtx());
+  thread_local bool configured = false;
+  thread_local int level = 0, hash_log = 0;
+  if (!ctx) return Status::Internal("zstd: cannot allocate a compression context");
+  if (configured && level == opts.zstd_level && hash_log == opts.zstd_hash_log) return ctx.get();
+  configured = false;
+  ZSTD_CCtx_reset(ctx.get(), ZSTD_reset_session_and_parameters);
+  size_t r = ZSTD_CCtx_setParameter(ctx.get(), ZSTD_c_compressionLevel, opts.zstd_level);
+  if (!ZSTD_isError(r) && opts.zstd_hash_log != 0)
+    r = ZSTD_CCtx_setParameter(ctx.get(), ZSTD_c_hashLog, opts.zstd_hash_log);
+  if (ZSTD_isError(r))
+    return Status::InvalidArgument("zstd rejects level " + std::to_string(opts.zstd_level) + " / hash log " +
+                                   std::to_string(opts.zstd_hash_log) + ": " + ZSTD_getErrorName(r));
+  configured = true;
+  level = opts.zstd_level;
+  hash_log = opts.zstd_hash_log;
   return ctx.get();
 }
 
@@ -149,15 +168,16 @@ ZSTD_DCtx* ThreadDCtx() {
   return ctx.get();
 }
 
-// Scratch for the shuffled image; grows to the largest chunk seen by this thread.
-std::span<std::byte> ThreadScratch(size_t size) {
-  thread_local std::unique_ptr<std::byte[]> buf;
-  thread_local size_t cap = 0;
-  if (cap < size) {
-    buf.reset(new std::byte[size]);
-    cap = size;
+// Per-thread scratch, uninitialised, growing to the largest size seen by this
+// thread. Buffer 0 holds the shuffled image, buffer 1 the zstd output.
+std::span<std::byte> ThreadScratch(size_t size, int which = 0) {
+  thread_local std::unique_ptr<std::byte[]> buf[2];
+  thread_local size_t cap[2] = {0, 0};
+  if (cap[which] < size) {
+    buf[which].reset(new std::byte[size]);
+    cap[which] = size;
   }
-  return {buf.get(), size};
+  return {buf[which].get(), size};
 }
 
 }  // namespace
@@ -175,6 +195,19 @@ Result<Compression> ParseCompression(std::string_view name) {
   if (name == "zstd") return Compression::kZstd;
   return Status::InvalidArgument("unknown compression '" + std::string(name) +
                                  "' (expected \"none\" or \"zstd\")");
+}
+
+Status CheckCodecOptions(const CodecOptions& opts) {
+  if (opts.compression == Compression::kNone) return Status::Ok();
+  if (opts.zstd_level < ZSTD_minCLevel() || opts.zstd_level > ZSTD_maxCLevel())
+    return Status::InvalidArgument("zstd level " + std::to_string(opts.zstd_level) + " is outside [" +
+                                   std::to_string(ZSTD_minCLevel()) + ", " + std::to_string(ZSTD_maxCLevel()) + "]");
+  const ZSTD_bounds b = ZSTD_cParam_getBounds(ZSTD_c_hashLog);
+  if (opts.zstd_hash_log != 0 && (opts.zstd_hash_log < b.lowerBound || opts.zstd_hash_log > b.upperBound))
+    return Status::InvalidArgument("zstd hash log " + std::to_string(opts.zstd_hash_log) + " is outside [" +
+                                   std::to_string(b.lowerBound) + ", " + std::to_string(b.upperBound) +
+                                   "] (0: zstd's default)");
+  return Status::Ok();
 }
 
 void ByteShuffle(std::span<const std::byte> in, size_t elem_size, std::span<std::byte> out) {
@@ -218,15 +251,15 @@ Result<std::vector<std::byte>> EncodeChunk(std::span<const std::byte> raw, size_
     ByteShuffle(raw, elem_size, tmp);
     src = tmp;
   }
-  ZSTD_CCtx* cctx = ThreadCCtx();
-  if (!cctx) return Status::Internal("zstd: cannot allocate a compression context");
-  std::vector<std::byte> out(ZSTD_compressBound(src.size()));
-  size_t n = ZSTD_compressCCtx(cctx, out.data(), out.size(), src.data(), src.size(), opts.zstd_level);
+  CKPT_ASSIGN_OR_RETURN(ZSTD_CCtx * cctx, ThreadCCtx(opts));
+  // Compress into scratch and return an exact-size copy: no zero-filled
+  // compressBound() vector per chunk, and callers hold only the stored bytes.
+  std::span<std::byte> out = ThreadScratch(ZSTD_compressBound(src.size()), 1);
+  size_t n = ZSTD_compress2(cctx, out.data(), out.size(), src.data(), src.size());
   if (ZSTD_isError(n))
     return Status::Internal("zstd compression (level " + std::to_string(opts.zstd_level) +
                             ") failed: " + ZSTD_getErrorName(n));
-  out.resize(n);
-  return out;
+  return std::vector<std::byte>(out.begin(), out.begin() + ptrdiff_t(n));
 }
 
 Status DecodeChunk(std::span<const std::byte> stored, size_t elem_size, Compression compression,

@@ -6,7 +6,13 @@
 // and writes them with HDF5 direct chunk writes, any HDF5 reader with the
 // 32015 plugin (ckpt/h5plugin) decodes the same bytes.
 //
-// Pure functions; thread-safe. Errors are kCorruption (bad frame, wrong size).
+// The zstd parameters only shape how the frame is found, never what it
+// decodes to: any setting yields a standard frame every zstd/32015 reader
+// decodes. The default (level 1, hashLog 6) is measured in docs/DESIGN.md
+// ("Chunk codec performance") and by `ckpt_bench codec`.
+//
+// Pure functions; thread-safe. Errors are kCorruption (bad frame, wrong size),
+// kInvalidArgument (zstd rejects the level/hash log).
 #pragma once
 
 #include <cstddef>
@@ -26,11 +32,23 @@ Result<Compression> ParseCompression(std::string_view name);
 inline constexpr unsigned kZstdFilterId = 32015;
 inline constexpr unsigned kShuffleFilterId = 2;
 
+// ZSTD_c_hashLog of the default: a 64-entry match table. In byte-shuffled
+// weights the low bytes are noise and the high bytes a skewed alphabet, so
+// matches are rare and short and Huffman-coded literals carry the ratio; a
+// tiny table finds the long runs (zeros) and stops wasting time on the rest.
+inline constexpr int kZstdWeightsHashLog = 6;
+
 struct CodecOptions {
   Compression compression = Compression::kNone;
   bool shuffle = true;  // only with zstd
+  // zstd level, also recorded as the filter's cd_values[0] (readers ignore it).
   int zstd_level = 1;
+  // ZSTD_c_hashLog (6..30); 0 keeps zstd's own value for the level.
+  int zstd_hash_log = kZstdWeightsHashLog;
 };
+
+// kInvalidArgument unless zstd accepts the level and hash log (no-op for kNone).
+Status CheckCodecOptions(const CodecOptions& opts);
 
 void ByteShuffle(std::span<const std::byte> in, size_t elem_size, std::span<std::byte> out);
 void ByteUnshuffle(std::span<const std::byte> in, size_t elem_size, std::span<std::byte> out);

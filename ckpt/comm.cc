@@ -1,6 +1,7 @@
 // Comm helpers and the thread-backed Comm used by unit tests.
 #include "ckpt/comm.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -33,12 +34,62 @@ Result<std::vector<std::string>> UnpackStrings(std::string_view packed) {
   return parts;
 }
 
+namespace {
+
+// A decision on the wire: 'O' + root's decision, or 'E' + EncodeStatus(root's failure).
+Result<std::string> OpenDecision(std::string_view msg, int me, int root) {
+  if (!msg.empty() && msg.front() == 'O') return std::string(msg.substr(1));
+  Status st = msg.empty() || msg.front() != 'E' ? Status::Internal("malformed decision message")
+                                                : DecodeStatus(msg.substr(1));
+  if (st.ok()) st = Status::Internal("failure message without a failure");
+  return Status(st.code(), "rank " + std::to_string(me) + ": aborted by rank " + std::to_string(root) + ": " +
+                               st.message());
+}
+
+}  // namespace
+
+Result<std::string> Comm::GatherDecide(const std::string& mine, int root, Millis timeout,
+                                       std::string_view gather_phase, std::string_view decide_phase,
+                                       const Decide& decide) {
+  auto parts = Gather(mine, root, timeout, gather_phase);
+  if (rank() != root) {
+    if (!parts.ok()) return parts.status();  // root did not take our message in time
+    CKPT_ASSIGN_OR_RETURN(std::string got, Broadcast(std::string(), root, DecisionTimeout(timeout), decide_phase));
+    return OpenDecision(got, rank(), root);
+  }
+  if (!parts.ok()) {  // tell the survivors who was missing, then fail the same way
+    Broadcast("E" + EncodeStatus(parts.status()), root, std::min(timeout, kErrorSendGrace), decide_phase)
+        .status()
+        .IgnoreError();
+    return parts.status();
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string sent, Broadcast("O" + decide(std::move(parts).value()), root, timeout,
+                                                    decide_phase));
+  return sent.substr(1);
+}
+
 Result<std::vector<std::string>> Comm::AllGather(const std::string& mine, Millis timeout,
                                                  std::string_view phase) {
-  CKPT_ASSIGN_OR_RETURN(auto parts, Gather(mine, 0, timeout, phase));
-  CKPT_ASSIGN_OR_RETURN(std::string all, Broadcast(rank() == 0 ? PackStrings(parts) : std::string(),
-                                                   0, timeout, phase));
+  CKPT_ASSIGN_OR_RETURN(std::string all, GatherDecide(mine, 0, timeout, phase, phase,
+                                                      [](std::vector<std::string> parts) {
+                                                        return PackStrings(parts);
+                                                      }));
   return UnpackStrings(all);
+}
+
+namespace {
+
+Status CheckAllToAllSize(size_t got, int size, int rank, std::string_view phase) {
+  if (got == size_t(size)) return Status::Ok();
+  return Status::InvalidArgument("rank " + std::to_string(rank) + ": AllToAll needs " + std::to_string(size) +
+                                 " messages, got " + std::to_string(got) + " in phase '" + std::string(phase) + "'");
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> LocalComm::AllToAll(std::vector<std::string> out, Millis, std::string_view phase) {
+  CKPT_RETURN_IF_ERROR(CheckAllToAllSize(out.size(), 1, 0, phase));
+  return out;
 }
 
 Status Comm::Barrier(Millis timeout, std::string_view phase) {
@@ -89,6 +140,22 @@ class ThreadComm final : public Comm {
       return msg;
     }
     return Recv(root, seq, std::chrono::steady_clock::now() + timeout, phase);
+  }
+
+  Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis timeout,
+                                            std::string_view phase) override {
+    CKPT_RETURN_IF_ERROR(CheckAllToAllSize(out.size(), size_, rank_, phase));
+    uint64_t seq = seq_++;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) Send(r, seq, out[r]);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::vector<std::string> in(size_);
+    in[rank_] = std::move(out[rank_]);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      CKPT_ASSIGN_OR_RETURN(in[r], Recv(r, seq, deadline, phase));
+    }
+    return in;
   }
 
  private:

@@ -70,6 +70,10 @@ class MpiComm final : public Comm {
                                           std::string_view phase) override;
   Result<std::string> Broadcast(const std::string& msg, int root, Millis timeout,
                                 std::string_view phase) override;
+  // Every send posted (MPI_Isend) before any receive is polled, so no rank
+  // waits on another's send order (comm_mpi_alltoall.cc).
+  Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis timeout,
+                                            std::string_view phase) override;
 
   // Sub-communicator of the ranks passing the same color (>= 0), ordered by
   // (key, rank). Collective over this communicator, no timeout.

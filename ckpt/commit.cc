@@ -113,11 +113,14 @@ Status PublishCheckpoint(Env* env, const std::string& root, const std::string& t
   const std::string final_dir = JoinPath(root, IterDirName(m.iteration));
   CKPT_RETURN_IF_ERROR(env->RenameNoReplace(tmp_dir, final_dir));
   *published = true;
-  CKPT_RETURN_IF_ERROR(RunHook(hook, "root_fsync", 0));
-  CKPT_RETURN_IF_ERROR(env->SyncDir(root));
+  const std::string not_durable = final_dir + " is visible but its rename may not survive a crash";
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "root_fsync", 0).WithContext(not_durable));
+  return env->SyncDir(root).WithContext(not_durable);
+}
+
+Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook) {
   CKPT_RETURN_IF_ERROR(RunHook(hook, "tracker_update", 0));
-  return WriteFileAtomic(env, JoinPath(root, kTrackerName), std::to_string(m.iteration) + "\n")
-      .WithContext("committed " + final_dir + " but could not update the tracker");
+  return WriteFileAtomic(env, JoinPath(root, kTrackerName), std::to_string(iteration) + "\n");
 }
 
 }  // namespace ckpt

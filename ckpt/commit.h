@@ -36,9 +36,16 @@ Result<Manifest> MergeManifests(const std::vector<Manifest>& parts, int64_t iter
                                 const nlohmann::json& metadata);
 
 // manifest (tmp, fsync, rename, fsync dir), fsync tmp dir, rename it to iter_N
-// without replacing, fsync root, then the tracker. *published turns true once
-// the directory is visible (after that it must never be removed).
+// without replacing, fsync root. OK: committed (the rename is durable).
+// *published turns true once the directory is visible (after that it must
+// never be removed); an error after that (the root fsync) says the directory
+// is visible but may not survive a crash.
 Status PublishCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir, const Manifest& m,
                          const StepHook& hook, bool* published);
+
+// After PublishCheckpoint: points the tracker at `iteration` (tmp, fsync,
+// rename, fsync root). Its failure does not undo the commit: the tracker then
+// lags, and LatestIteration (checkpoint.h) still finds the iteration.
+Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook);
 
 }  // namespace ckpt

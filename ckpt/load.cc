@@ -10,6 +10,9 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/chunk_reader.h"
+#include "ckpt/load_internal.h"
+#include "ckpt/load_share.h"
+#include "ckpt/codec.h"
 #include "reshard/read_plan.h"
 
 namespace ckpt {
@@ -22,33 +25,18 @@ bool AllDigits(std::string_view s) {
 }
 
 
-struct Target {
-  int request;
-  const std::vector<reshard::CopyRun>* runs;
-};
-using ChunkKey = std::pair<int, int64_t>;  // (saved shard, chunk)
-using ChunkTargets = std::map<ChunkKey, std::vector<Target>>;
+using load_internal::ChunkKey;
+using load_internal::ChunkPlan;
 
 // Reads, checks and scatters chunks order[begin, end) with its own reader.
-Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkTargets& targets,
-                     const std::vector<ChunkKey>& order, size_t begin, size_t end, ChunkReader& reader,
-                     const std::atomic<bool>& stop, int64_t* elements) {
+Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, size_t begin, size_t end,
+                     ChunkReader& reader, const std::atomic<bool>& stop, int64_t* elements) {
   for (size_t i = begin; i < end && !stop.load(std::memory_order_relaxed); ++i) {
-    const ChunkKey& key = order[i];
+    const ChunkKey& key = cp.order[i];
     const ManifestShard& s = m.shards[key.first];
-    const size_t es = DTypeSize(s.meta.dtype);
-    CKPT_ASSIGN_OR_RETURN(auto chunk, reader.ReadDecoded(s.file, s.record, key.second, es,
+    CKPT_ASSIGN_OR_RETURN(auto chunk, reader.ReadDecoded(s.file, s.record, key.second, DTypeSize(s.meta.dtype),
                                                          "tensor '" + s.meta.key + "'"));
-    for (const Target& t : targets.at(key)) {
-      std::byte* dst = state.tensors()[t.request].data.data();
-      for (const auto& run : *t.runs) {
-        if (size_t(run.src + run.len) * es > chunk.size())
-          return Status::Corruption("tensor '" + s.meta.key + "': chunk " + std::to_string(key.second) + " of " +
-                                    reader.FilePath(s.file) + " is shorter than its layout");
-        std::memcpy(dst + run.dst * es, chunk.data() + run.src * es, size_t(run.len) * es);
-        *elements += run.len;
-      }
-    }
+    CKPT_RETURN_IF_ERROR(load_internal::Scatter(state, m, cp, key, chunk, reader.FilePath(s.file), elements));
   }
   return Status::Ok();
 }
@@ -56,53 +44,26 @@ Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkTarg
 // Fills every requested tensor of `state` from one verified manifest. Distinct
 // chunks are read once each; `threads` workers take contiguous runs of the
 // (file, offset)-ordered chunk list, so each reads its files front to back and
-// hashing/decoding runs in parallel. Saved shards never overlap, so workers
-// never write the same destination element.
-Status LoadTensors(ShardedStateDict& state, const Manifest& m, const std::string& dir, const LoadOptions& opts,
-                   Env* env, LoadStats* stats) {
-  std::vector<ShardedTensor> requests;
-  for (const auto& t : state.tensors()) requests.push_back(t.meta);
-  CKPT_ASSIGN_OR_RETURN(reshard::ReadPlan plan, reshard::PlanReads(SavedShardsOf(m), requests));
-  ChunkTargets targets;
-  for (const auto& rp : plan.requests) {
-    if (rp.zero_fill_elems > 0) {
-      auto& buf = state.tensors()[rp.request].data;
-      std::memset(buf.data(), 0, buf.size());
-    }
-    stats->zero_filled += rp.zero_fill_elems;
-    for (const auto& cr : rp.reads) targets[{cr.saved_shard, cr.chunk}].push_back({rp.request, &cr.runs});
-  }
-  std::vector<ChunkKey> order;
-  for (const auto& [k, v] : targets) order.push_back(k);
-  std::sort(order.begin(), order.end(), [&](const ChunkKey& a, const ChunkKey& b) {
-    const ManifestShard &sa = m.shards[a.first], &sb = m.shards[b.first];
-    if (sa.file != sb.file) return sa.file < sb.file;
-    return sa.record.chunks[a.second].file_offset < sb.record.chunks[b.second].file_offset;
-  });
-  const size_t workers = std::max<size_t>(1, std::min<size_t>(size_t(std::max(opts.threads, 1)), order.size()));
+// hashing/decoding runs in parallel.
+Status LoadTensors(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, const std::string& dir,
+                   const LoadOptions& opts, Env* env, LoadStats* stats) {
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(size_t(std::max(opts.threads, 1)), cp.order.size()));
   std::vector<std::unique_ptr<ChunkReader>> readers;
   std::vector<Status> results(workers);
   std::vector<int64_t> elements(workers, 0);
   std::atomic<bool> stop{false};
-  auto work = [&](size_t w) {
-    const size_t begin = order.size() * w / workers, end = order.size() * (w + 1) / workers;
-    results[w] = ScatterChunks(state, m, targets, order, begin, end, *readers[w], stop, &elements[w]);
-    if (!results[w].ok()) stop = true;
-  };
   for (size_t w = 0; w < workers; ++w) readers.push_back(std::make_unique<ChunkReader>(env, dir, &m, opts.verify_hashes));
-  std::vector<std::thread> pool;
-  for (size_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
-  work(0);
-  for (auto& t : pool) t.join();
-  std::set<int> files;
+  load_internal::RunWorkers(workers, [&](size_t w) {
+    const size_t begin = cp.order.size() * w / workers, end = cp.order.size() * (w + 1) / workers;
+    results[w] = ScatterChunks(state, m, cp, begin, end, *readers[w], stop, &elements[w]);
+    if (!results[w].ok()) stop = true;
+  });
   for (size_t w = 0; w < workers; ++w) {
     CKPT_RETURN_IF_ERROR(results[w]);
     stats->elements += elements[w];
     stats->bytes_read += readers[w]->bytes_read();
     stats->chunks_read += readers[w]->chunks_read();
   }
-  for (const auto& key : order) files.insert(m.shards[key.first].file);
-  stats->files_touched = int(files.size());
   return Status::Ok();
 }
 
@@ -125,17 +86,43 @@ Status LoadObjects(ShardedStateDict& state, const Manifest& m, ChunkReader& read
   return Status::Ok();
 }
 
+bool SharesReads(const LoadOptions& opts) { return opts.share_comm && opts.share_comm->size() > 1; }
+
 Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration) {
-  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(env, opts.root, iteration));
+  Result<Manifest> m = ReadManifest(env, opts.root, iteration);
   LoadStats stats;
-  stats.iteration = m.iteration;
-  const std::string dir = JoinPath(opts.root, IterDirName(m.iteration));
-  CKPT_RETURN_IF_ERROR(LoadTensors(state, m, dir, opts, env, &stats));
-  ChunkReader reader(env, dir, &m, opts.verify_hashes);
-  CKPT_RETURN_IF_ERROR(LoadObjects(state, m, reader));
+  Result<ChunkPlan> cp = m.ok() ? load_internal::PlanChunks(state, *m, &stats) : Result<ChunkPlan>(m.status());
+  const std::string dir = JoinPath(opts.root, IterDirName(m.ok() ? m->iteration : iteration));
+  if (SharesReads(opts)) {
+    // Collective over the group even when this rank could not plan: its error
+    // reaches the others at once instead of after a deadline.
+    CKPT_RETURN_IF_ERROR(SharedLoadTensors(state, m.ok() ? &*m : nullptr, cp, dir, opts, env, &stats));
+  } else {
+    if (!cp.ok()) return cp.status();
+    CKPT_RETURN_IF_ERROR(LoadTensors(state, *m, *cp, dir, opts, env, &stats));
+  }
+  std::set<int> files;
+  for (const auto& key : cp->order) files.insert(m->shards[key.first].file);
+  stats.files_touched = int(files.size());
+  stats.iteration = m->iteration;
+  ChunkReader reader(env, dir, &*m, opts.verify_hashes);
+  CKPT_RETURN_IF_ERROR(LoadObjects(state, *m, reader));
   stats.bytes_read += reader.bytes_read();
   stats.chunks_read += reader.chunks_read();
   return stats;
+}
+
+// The first rank whose message starts with one of `prefixes` (3 letters),
+// preferring one that hit its error itself over one relaying a read-sharing
+// peer's error; -1 if none.
+int FirstFailure(const std::vector<std::string>& all, std::string_view prefixes) {
+  int failed = -1;
+  auto relayed = [&](int i) { return all[i].find(load_internal::kRelayedErrorMark) != std::string::npos; };
+  for (int i = 0; i < int(all.size()); ++i) {
+    if (all[i].size() < 3 || prefixes.find(all[i].substr(0, 3)) == std::string_view::npos) continue;
+    if (failed < 0 || (relayed(failed) && !relayed(i))) failed = i;
+  }
+  return failed;
 }
 
 bool WorthFallingBack(const Status& s) {
@@ -150,17 +137,16 @@ Result<std::string> AgreeOnAttempt(const Result<LoadStats>& r, const LoadOptions
   if (!opts.comm || opts.comm->size() == 1) return r.ok() ? std::string() : r.status().ToString();
   std::string mine = r.ok() ? "OK" : std::string(*worth_fallback ? "ERF" : "ERR") + r.status().ToString();
   CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));
+  for (const auto& a : all)
+    if (a.substr(0, 3) == "ERR") *worth_fallback = false;
+  const int failed = FirstFailure(all, "ERR ERF");
   std::string first;
-  for (int i = 0; i < int(all.size()); ++i) {
-    if (all[i] == "OK") continue;
-    if (all[i].substr(0, 3) == "ERR") *worth_fallback = false;
-    if (first.empty()) first = "rank " + std::to_string(i) + ": " + all[i].substr(3);
-  }
+  if (failed >= 0) first = "rank " + std::to_string(failed) + ": " + all[failed].substr(3);
   return first;
 }
 
 Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
-  Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : ReadTracker(env, opts.root);
+  Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(env, opts.root);
   if (!opts.fallback) {
     if (!tracked.ok()) return tracked.status();
     return LoadIteration(state, opts, env, *tracked);
@@ -189,6 +175,71 @@ Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, En
 }
 
 }  // namespace
+
+namespace load_internal {
+
+Result<ChunkPlan> PlanChunks(ShardedStateDict& state, const Manifest& m, LoadStats* stats) {
+  std::vector<ShardedTensor> requests;
+  for (const auto& t : state.tensors()) requests.push_back(t.meta);
+  ChunkPlan cp;
+  CKPT_ASSIGN_OR_RETURN(cp.plan, reshard::PlanReads(SavedShardsOf(m), requests));
+  for (const auto& rp : cp.plan.requests) {
+    if (rp.zero_fill_elems > 0) {
+      auto& buf = state.tensors()[rp.request].data;
+      std::memset(buf.data(), 0, buf.size());
+    }
+    stats->zero_filled += rp.zero_fill_elems;
+    for (const auto& cr : rp.reads) cp.targets[{cr.saved_shard, cr.chunk}].push_back({rp.request, &cr.runs});
+  }
+  for (const auto& [k, v] : cp.targets) cp.order.push_back(k);
+  std::sort(cp.order.begin(), cp.order.end(), [&](const ChunkKey& a, const ChunkKey& b) {
+    const ManifestShard &sa = m.shards[a.first], &sb = m.shards[b.first];
+    if (sa.file != sb.file) return sa.file < sb.file;
+    return sa.record.chunks[a.second].file_offset < sb.record.chunks[b.second].file_offset;
+  });
+  return cp;
+}
+
+Status Scatter(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, const ChunkKey& key,
+               std::span<const std::byte> chunk, const std::string& file_path, int64_t* elements) {
+  const ManifestShard& s = m.shards[key.first];
+  const size_t es = DTypeSize(s.meta.dtype);
+  for (const Target& t : cp.targets.at(key)) {
+    std::byte* dst = state.tensors()[t.request].data.data();
+    for (const auto& run : *t.runs) {
+      if (size_t(run.src + run.len) * es > chunk.size())
+        return Status::Corruption("tensor '" + s.meta.key + "': chunk " + std::to_string(key.second) + " of " +
+                                  file_path + " is shorter than its layout");
+      std::memcpy(dst + run.dst * es, chunk.data() + run.src * es, size_t(run.len) * es);
+      *elements += run.len;
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::span<const std::byte>> DecodeStored(const DatasetRecord& rec, int64_t chunk, size_t elem_size,
+                                                std::span<const std::byte> stored, std::vector<std::byte>* buf,
+                                                const std::string& where) {
+  const size_t raw = size_t(rec.chunk_elems) * elem_size;
+  if (rec.compression == Compression::kNone) {
+    if (stored.size() != raw)
+      return Status::Corruption(where + ": stored size " + std::to_string(stored.size()) + " is not the chunk size");
+    return stored;
+  }
+  buf->resize(raw);
+  Status st = DecodeChunk(stored, elem_size, rec.compression, rec.shuffle, *buf);
+  if (!st.ok()) return st.WithContext(where + ", chunk " + std::to_string(chunk));
+  return std::span<const std::byte>(*buf);
+}
+
+void RunWorkers(size_t n, const std::function<void(size_t)>& fn) {
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < n; ++w) pool.emplace_back(fn, w);
+  if (n > 0) fn(0);
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace load_internal
 
 std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m) {
   std::vector<reshard::SavedShard> saved;
@@ -237,7 +288,7 @@ Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root) {
 
 Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iteration) {
   if (iteration < 0) {
-    CKPT_ASSIGN_OR_RETURN(iteration, ReadTracker(env, root));
+    CKPT_ASSIGN_OR_RETURN(iteration, LatestIteration(env, root));
   }
   const std::string dir = JoinPath(root, IterDirName(iteration));
   CKPT_ASSIGN_OR_RETURN(FileInfo d, env->Stat(dir));
@@ -258,16 +309,17 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
   Env* env = opts.env ? opts.env : DefaultEnv();
   Result<LoadStats> r = LoadLocal(state, opts, env);
   if (opts.comm && opts.comm->size() > 1 && !opts.fallback) {  // fallback agrees per attempt
-    // Agree: a rank that failed makes every rank fail, naming it.
+    // Agree: a rank that failed makes every rank fail, naming it (the rank
+    // that hit the error, not one relaying it for its read-sharing group).
     std::string mine = r.ok() ? "OK" + std::to_string(r->iteration) : "ERR" + r.status().ToString();
     CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));
-    for (int i = 0; i < int(all.size()); ++i) {
-      if (all[i].rfind("ERR", 0) == 0 && i != opts.comm->rank())
-        return Status::Aborted("load failed on rank " + std::to_string(i) + ": " + all[i].substr(3));
-      if (r.ok() && all[i] != all[opts.comm->rank()])
+    const int failed = FirstFailure(all, "ERR");
+    if (failed >= 0 && failed != opts.comm->rank())
+      return Status::Aborted("load failed on rank " + std::to_string(failed) + ": " + all[failed].substr(3));
+    for (int i = 0; failed < 0 && i < int(all.size()); ++i)
+      if (all[i] != all[opts.comm->rank()])
         return Status::Aborted("ranks loaded different iterations (rank " + std::to_string(i) + ": " +
                                all[i].substr(2) + ")");
-    }
   }
   if (!r.ok()) return r.status().WithContext("load from '" + opts.root + "'");
   r->seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -70,6 +70,9 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   bool published = false;
   Status st = PublishCheckpoint(env, opts.dst_root, tmp, *merged, nullptr, &published);
   if (!st.ok()) return published ? st : abandon(st);
+  CKPT_RETURN_IF_ERROR(UpdateTracker(env, opts.dst_root, dst_iter, nullptr)
+                           .WithContext("committed " + JoinPath(opts.dst_root, IterDirName(dst_iter)) +
+                                        " but could not update the tracker"));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

@@ -26,6 +26,11 @@ Status RemoteFailure(std::string_view err_msg) {
   return Status::Aborted(std::string(text));
 }
 
+// A post-commit warning: "<what>: <cause>", with the cause's code.
+Status Warning(std::string_view what, const Status& cause) {
+  return {cause.code(), std::string(what) + ": " + cause.ToString()};
+}
+
 class SaveRun {
  public:
   SaveRun(const ShardedStateDict& state, const SaveOptions& opts)
@@ -40,15 +45,29 @@ class SaveRun {
     return "save iter " + std::to_string(opts_.iteration) + ", rank " + std::to_string(rank_) +
            ", phase '" + std::string(phase) + "'";
   }
-  void Timed(const char* phase, Clock::time_point t0) {
-    stats_.phase_seconds[phase] += std::chrono::duration<double>(Clock::now() - t0).count();
+  void Timed(const char* phase, Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
+    stats_.phase_seconds[phase] += std::chrono::duration<double>(t1 - t0).count();
   }
 
-  Result<std::string> Begin();              // rank 0 prepares; all learn the tmp dir
-  Result<std::vector<int>> PlanMyWrites();  // indices of my tensors to write
+  Result<std::string> Begin();  // rank 0 prepares; all learn the tmp dir
+  // Indices of my tensors to write. `ready` is this rank's failure so far
+  // (validate, the "plan" step): it travels in the plan gather, so every rank
+  // fails at once naming this one instead of waiting a deadline for it.
+  Result<std::vector<int>> PlanMyWrites(const Status& ready);
+  std::string DecidePlan(const std::vector<std::string>& held);  // rank 0
   Result<Manifest> WriteMine(const std::vector<int>& mine);
   Status CheckNonFinite(const TensorEntry& t);
+  // Gathers the votes; rank 0 commits and everyone learns the outcome and
+  // any post-commit warning (stats_.warning).
+  Result<std::string> VoteAndCommit(const std::string& vote);
+  std::string DecideCommit(const std::vector<std::string>& votes);  // rank 0
+  Result<Manifest> MergeVotes(const std::vector<std::string>& votes);
   Status Commit(const std::vector<std::string>& votes);
+  // Rank 0, after a failure before the directory rename: the tmp dir is
+  // never visible, drop it.
+  void Abandon() {
+    if (rank_ == 0 && !published_ && !tmp_dir_.empty()) RemoveTree(env_, tmp_dir_).IgnoreError();
+  }
 
   const ShardedStateDict& state_;
   const SaveOptions& opts_;
@@ -57,6 +76,8 @@ class SaveRun {
   Comm* comm_;
   int rank_;
   std::string tmp_dir_;
+  bool published_ = false;  // rank 0: the directory rename happened
+  bool committed_ = false;  // rank 0: ... and was made durable
   SaveStats stats_;
 };
 
@@ -71,26 +92,30 @@ Result<std::string> SaveRun::Begin() {
   return got.substr(2);
 }
 
-Result<std::vector<int>> SaveRun::PlanMyWrites() {
+std::string SaveRun::DecidePlan(const std::vector<std::string>& held) {
+  auto plan = [&]() -> Result<WritePlan> {
+    std::vector<std::vector<HeldShard>> per_rank;
+    for (int r = 0; r < int(held.size()); ++r) {
+      if (!IsOk(held[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + held[r].substr(3));
+      CKPT_ASSIGN_OR_RETURN(auto h, DecodeHeldShards(held[r].substr(2)));
+      per_rank.push_back(std::move(h));
+    }
+    return PlanWrites(per_rank, opts_.balance_replicas);
+  }();
+  return plan.ok() ? OkMsg(EncodeWritePlan(*plan)) : ErrMsg(plan.status().WithContext(Where("plan")));
+}
+
+Result<std::vector<int>> SaveRun::PlanMyWrites(const Status& ready) {
   std::vector<HeldShard> held;
   for (const auto& t : state_.tensors())
     held.push_back({ShardIdentity(t.meta), t.meta.num_bytes(), t.meta.is_main_replica()});
-  CKPT_ASSIGN_OR_RETURN(auto all, comm_->Gather(EncodeHeldShards(held), 0, opts_.timeout, "plan"));
-  std::string msg;
-  if (rank_ == 0) {
-    auto plan = [&]() -> Result<WritePlan> {
-      std::vector<std::vector<HeldShard>> per_rank;
-      for (const auto& m : all) {
-        CKPT_ASSIGN_OR_RETURN(auto h, DecodeHeldShards(m));
-        per_rank.push_back(std::move(h));
-      }
-      return PlanWrites(per_rank, opts_.balance_replicas);
-    }();
-    msg = plan.ok() ? OkMsg(EncodeWritePlan(*plan)) : ErrMsg(plan.status().WithContext(Where("plan")));
-  }
-  CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "plan"));
-  if (!IsOk(got)) return RemoteFailure(got);
-  CKPT_ASSIGN_OR_RETURN(WritePlan plan, DecodeWritePlan(got.substr(2)));
+  const std::string mine = ready.ok() ? OkMsg(EncodeHeldShards(held)) : ErrMsg(ready);
+  Result<std::string> got = comm_->GatherDecide(mine, 0, opts_.timeout, "plan", "plan",
+                                                [&](std::vector<std::string> all) { return DecidePlan(all); });
+  if (!ready.ok()) return ready;  // my own failure first, whatever the others did
+  CKPT_RETURN_IF_ERROR(got.status());
+  if (!IsOk(*got)) return RemoteFailure(*got);
+  CKPT_ASSIGN_OR_RETURN(WritePlan plan, DecodeWritePlan(got->substr(2)));
   if (plan.writes.size() != size_t(comm_->size())) return Status::Internal("write plan has wrong rank count");
   stats_.bytes_per_rank = plan.bytes_per_rank;
   return plan.writes[rank_];
@@ -130,57 +155,85 @@ Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
   return part;
 }
 
-// Rank 0: any failed vote aborts; else merge, check and publish. Whatever
-// fails before the directory rename, the tmp dir (every rank's files) goes.
+// Rank 0: any failed vote aborts; else the merged, checked manifest.
+Result<Manifest> SaveRun::MergeVotes(const std::vector<std::string>& votes) {
+  std::vector<Manifest> parts;
+  for (int r = 0; r < int(votes.size()); ++r) {
+    if (!IsOk(votes[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + votes[r].substr(3));
+    CKPT_ASSIGN_OR_RETURN(Manifest part, ParseManifest(votes[r].substr(2), "vote of rank " + std::to_string(r)));
+    parts.push_back(std::move(part));
+  }
+  return MergeManifests(parts, opts_.iteration, opts_.layout, opts_.metadata);
+}
+
+// Rank 0: publish (the commit point is the durable directory rename), then
+// the tracker. Whatever fails before the rename, the tmp dir (every rank's
+// files) goes. A tracker failure leaves the iteration committed: a warning.
 Status SaveRun::Commit(const std::vector<std::string>& votes) {
-  bool published = false;
-  Status st = [&]() -> Status {
-    std::vector<Manifest> parts;
-    for (int r = 0; r < int(votes.size()); ++r) {
-      if (!IsOk(votes[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + votes[r].substr(3));
-      CKPT_ASSIGN_OR_RETURN(Manifest part, ParseManifest(votes[r].substr(2), "vote of rank " + std::to_string(r)));
-      parts.push_back(std::move(part));
-    }
-    CKPT_ASSIGN_OR_RETURN(Manifest m, MergeManifests(parts, opts_.iteration, opts_.layout, opts_.metadata));
-    return PublishCheckpoint(env_, opts_.root, tmp_dir_, m, opts_.hook, &published);
-  }();
-  if (!st.ok() && !published) RemoveTree(env_, tmp_dir_).IgnoreError();  // never visible: drop it
-  return st;
+  Result<Manifest> m = MergeVotes(votes);
+  Status st = m.ok() ? PublishCheckpoint(env_, opts_.root, tmp_dir_, *m, opts_.hook, &published_) : m.status();
+  if (!st.ok()) {
+    Abandon();
+    return st;
+  }
+  committed_ = true;
+  Status tracker = UpdateTracker(env_, opts_.root, opts_.iteration, opts_.hook);
+  if (!tracker.ok()) stats_.warning = Warning("tracker update failed", tracker);
+  return Status::Ok();
+}
+
+std::string SaveRun::DecideCommit(const std::vector<std::string>& votes) {
+  Status st = Commit(votes);
+  return st.ok() ? OkMsg(EncodeStatus(stats_.warning)) : ErrMsg(st.WithContext(Where("commit")));
+}
+
+// Non-root ranks send their vote at once: their wait counts as "commit".
+Result<std::string> SaveRun::VoteAndCommit(const std::string& vote) {
+  const auto t0 = Clock::now();
+  auto t_decide = t0;
+  auto got = comm_->GatherDecide(vote, 0, opts_.timeout, "vote", "commit", [&](std::vector<std::string> votes) {
+    t_decide = Clock::now();
+    return DecideCommit(votes);
+  });
+  Timed("vote", t0, t_decide);
+  Timed("commit", t_decide);
+  // Root committed, but a rank did not take the outcome (gone since its vote).
+  if (!got.ok() && committed_)
+    return OkMsg(EncodeStatus(Warning("the outcome did not reach every rank", got.status())));
+  return got;
 }
 
 Result<SaveStats> SaveRun::Run() {
   const auto start = Clock::now();
   stats_.iteration = opts_.iteration;
-  CKPT_RETURN_IF_ERROR(state_.Validate().WithContext(Where("validate")));
+  Status ready = state_.Validate().WithContext(Where("validate"));
   auto t0 = Clock::now();
   CKPT_ASSIGN_OR_RETURN(tmp_dir_, Begin());
-  CKPT_RETURN_IF_ERROR(Step("plan"));
-  CKPT_ASSIGN_OR_RETURN(std::vector<int> mine, PlanMyWrites());
+  if (ready.ok()) ready = Step("plan").WithContext(Where("plan"));
+  Result<std::vector<int>> mine = PlanMyWrites(ready);
   Timed("plan", t0);
+  if (!mine.ok()) {
+    Abandon();
+    return mine.status();
+  }
 
   t0 = Clock::now();
-  Result<Manifest> part = WriteMine(mine);
+  Result<Manifest> part = WriteMine(*mine);
   Timed("write", t0);
 
-  t0 = Clock::now();
   Status vote_step = part.ok() ? Step("vote") : part.status();
   std::string vote = vote_step.ok() ? OkMsg(SerializeManifest(*part)) : ErrMsg(vote_step.WithContext(Where("write")));
-  CKPT_ASSIGN_OR_RETURN(auto votes, comm_->Gather(vote, 0, opts_.timeout, "vote"));
-  Timed("vote", t0);
-
-  t0 = Clock::now();
-  std::string outcome;
-  if (rank_ == 0) {
-    Status st = Commit(votes);
-    outcome = st.ok() ? OkMsg("") : ErrMsg(st.WithContext(Where("commit")));
+  Result<std::string> got = VoteAndCommit(vote);
+  if (!got.ok()) Abandon();  // root: a rank late or gone in the vote
+  if (!got.ok() || !IsOk(*got)) {
+    if (!vote_step.ok()) return vote_step.WithContext(Where("write"));  // my own failure first
+    return got.ok() ? RemoteFailure(*got) : got.status();
   }
-  CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(outcome, 0, opts_.timeout, "commit"));
-  Timed("commit", t0);
-  if (!IsOk(got)) {
-    if (!vote_step.ok()) return vote_step.WithContext(Where("write"));
-    return RemoteFailure(got);
-  }
-  CKPT_RETURN_IF_ERROR(Step("commit"));
+  // Committed. What fails from here on is a warning, never a failed save.
+  stats_.warning = DecodeStatus(got->substr(2));
+  Status after = Step("commit");
+  if (!after.ok() && stats_.warning.ok())
+    stats_.warning = Warning("the 'commit' step failed on rank " + std::to_string(rank_), after);
   stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return stats_;
 }

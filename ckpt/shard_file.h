@@ -21,17 +21,29 @@
 // Failure: any Env error inside HDF5 is captured and returned as that Status
 // (not a generic HDF5 error), with the file and dataset as context. After an
 // HDF5/Env failure the writer is poisoned (later calls: kFailedPrecondition);
-// invalid arguments and kAlreadyExists do not poison it. A writer that is
+// invalid arguments (codec options included, checked before the dataset is
+// created) and kAlreadyExists do not poison it. A failure while preparing a
+// chunk on a worker ("preparing chunk i of dataset ... in ...") poisons it as
+// a store failure does; either way WriteTensor returns only after every
+// worker has stopped touching the caller's buffer. A writer that is
 // destroyed without Finish() (or whose Finish failed) leaves an unsynced,
 // unusable file and releases all HDF5 state. The reader reports files HDF5
 // cannot open (garbage, truncated) or that lack format="ckpt-shard" as
 // kCorruption naming the path (a newer format_version: kUnimplemented).
 //
 // Threads: not thread-safe: one thread per object (HDF5 calls are serialised
-// process-wide by LockHdf5(), hdf5_vfd.h). WriteTensor of a multi-chunk
-// tensor runs one short-lived helper thread that stores chunk i (HDF5 + Env
-// IO) while the calling thread encodes and hashes chunk i+1; the Env's File
-// is therefore used from that thread too, one call at a time.
+// process-wide by LockHdf5(), hdf5_vfd.h). The writer pipelines a
+// multi-chunk tensor (ChunkPipeline, chunk_pipeline.h): encode_threads worker
+// threads pad, encode and SHA-256 the chunks while the calling thread stores
+// them in chunk order (HDF5 direct chunk writes + Env IO), so hashing and
+// compression overlap IO. At most 2 * encode_threads chunks are prepared and
+// not yet stored (stored bytes of each: <= chunk_bytes raw, <=
+// ZSTD_compressBound(chunk_bytes) zstd; raw chunks other than the padded edge
+// chunk are views of the caller's buffer and cost nothing). Files are identical
+// byte for byte for every encode_threads, 0 (serial) included. The File is
+// used from the calling thread only; the workers live as long as the writer
+// (Finish or destruction joins them). Implementation: shard_writer.cc,
+// shard_reader.cc, shard_layout.cc.
 #pragma once
 
 #include <cstdint>
@@ -61,9 +73,22 @@ struct DatasetRecord {
   std::vector<ChunkRecord> chunks;
 };
 
+// Cores per local rank: hardware threads / OMPI_COMM_WORLD_LOCAL_SIZE (>= 1),
+// as DefaultLoadThreads() on the load side.
+int DefaultEncodeThreads();
+
 struct ShardWriteOptions {
   CodecOptions codec;
   int64_t chunk_bytes = 4 << 20;  // target raw bytes per chunk
+  // Pad/encode/hash workers per writer; 0: serial on the calling thread.
+  int encode_threads = DefaultEncodeThreads();
+};
+
+// What a writer's pipeline did (for tests and benchmarks).
+struct ShardWriteStats {
+  int encode_threads = 0;             // workers actually started (0: serial)
+  int64_t peak_chunks_in_flight = 0;  // most chunks prepared and not yet stored
+  uint64_t peak_buffered_bytes = 0;   // most bytes those chunks owned (padded/encoded copies)
 };
 
 // Dataset name for a tensor shard / object (escapes '/' in keys as "%2F").
@@ -84,6 +109,7 @@ class ShardFileWriter {
   Status Finish();
   // Total size of the file after Finish().
   uint64_t file_size() const;
+  ShardWriteStats stats() const;
 
   struct Impl;
 

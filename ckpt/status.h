@@ -92,6 +92,12 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
+// Wire form of a Status in messages between ranks: "<code number>:<message>"
+// ("0:" for OK). DecodeStatus is its inverse; text that is not such a form
+// decodes to kInternal naming it (never to OK).
+std::string EncodeStatus(const Status& s);
+Status DecodeStatus(std::string_view wire);
+
 #define CKPT_CONCAT_INNER(a, b) a##b
 #define CKPT_CONCAT(a, b) CKPT_CONCAT_INNER(a, b)
 

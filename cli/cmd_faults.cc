@@ -58,9 +58,10 @@ Result<FaultPlan> PlanOf(const ChildFlags& f) {
   return plan;
 }
 
-// A failed rank: report, then end without MPI_Finalize, which can block on a dead peer.
+// A failed rank: report, then end without MPI_Finalize, which can block on a
+// dead peer. exit_code < 0: by the Status (kCorruption: check failed).
 [[noreturn]] void DieChild(const char* phase, int rank, const Status& st, const std::string& result_path,
-                           json result) {
+                           json result, int exit_code = -1) {
   std::fprintf(stderr, "ckpt faults child %s: rank %d: %s\n", phase, rank, st.ToString().c_str());
   result["ok"] = false;
   result["error"] = st.ToString();
@@ -68,7 +69,8 @@ Result<FaultPlan> PlanOf(const ChildFlags& f) {
   WriteEvidence(result_path, result.dump() + "\n");
   std::fflush(stdout);
   std::fflush(stderr);
-  _exit(st.code() == Code::kCorruption ? kExitCheckFailed : kExitError);
+  if (exit_code < 0) exit_code = st.code() == Code::kCorruption ? kExitCheckFailed : kExitError;
+  _exit(exit_code);
 }
 
 // One save of the job's state under `root` with `plan`. Writes the rank's
@@ -116,6 +118,10 @@ Status SaveCase(GptJob& j, const reshard::GptConfig& model, const std::string& n
   result["t_end_ns"] = MonotonicNs();
   result["ok"] = r.ok();
   if (!r.ok()) result["error"] = r.status().ToString();
+  if (r.ok() && !r->warning.ok()) result["warning"] = r->warning.ToString();
+  if (r.ok() && !r->warning.ok())
+    std::fprintf(stderr, "ckpt faults child save: rank %d: committed iteration %lld, but %s\n", rank,
+                 static_cast<long long>(f.iteration), r->warning.message().c_str());
   if (!f.trace_dir.empty())
     WriteEvidence(RankFile(f.trace_dir, "rank_", rank, ".jsonl"), TraceToJsonLines(fenv.Trace()));
   WriteEvidence(RankFile(result_dir, "rank_", rank, ".json"), result.dump() + "\n");
@@ -210,7 +216,7 @@ int ChildLoad(const ChildFlags& f) {
   FaultEnv fenv(DefaultEnv(), fo);
   LoadOptions o;
   o.root = f.root;
-  o.iteration = f.iteration;
+  o.iteration = ResolveLoadIteration(f.root, f.iteration);
   o.env = &fenv;
   o.comm = lr->comm;
   o.timeout = Millis(f.timeout_ms);
@@ -223,7 +229,8 @@ int ChildLoad(const ChildFlags& f) {
   }
   result["t_start_ns"] = MonotonicNs();
   auto r = LoadCheckpoint(sd, o);
-  if (!r.ok()) DieChild("load", rank, r.status(), result_path, result);
+  if (!r.ok())
+    DieChild("load", rank, r.status(), result_path, result, AgreedLoadExitCode(lr->comm, r.status(), o.timeout));
   json mine = LoadVerdict(r, *lr->state, model->vocab_size);
   result.update(mine);
   result["t_end_ns"] = MonotonicNs();
@@ -249,7 +256,7 @@ void RegisterChild(CLI::App* faults, int* exit_code) {
   cmd->add_option("--root", f->root, "checkpoint root")->required();
   cmd->add_option("--layout", f->layout, "this job's layout");
   cmd->add_option("--model", f->model, "GPT preset[:k=v,...]");
-  cmd->add_option("--iter", f->iteration, "save: the iteration; load: -1 = the tracker's");
+  cmd->add_option("--iter", f->iteration, "save: the iteration; load: -1 = the latest (LatestIteration)");
   cmd->add_option("--spec", f->spec, "fault plan text (faults/fault_spec.h)");
   cmd->add_option("--spec-file", f->spec_file, "fault plan file");
   cmd->add_option("--trace-dir", f->trace_dir, "save: write each rank's IO trace here");
@@ -272,7 +279,7 @@ constexpr const char* kFastMpi =
 
 struct RunFlags {
   std::string work, layout = "tp=2,pp=2,dp=2", model = "tiny", recover = "tp=1", variants, modes = "drop,prefix,torn";
-  std::string boundaries = "smart", points, ranks, mpirun, mpi_extra = kFastMpi, json_out, scenarios;
+  std::string boundaries = "smart", points, ranks, mpirun, mpi_extra = kFastMpi, json_out, scenarios, child_ckpt;
   int64_t timeout_ms = 2000, chunk_kb = 16, seed = 1;
   std::string expect;  // negative control: outcomes that must occur
   bool no_fsync = false, no_hash_check = false, keep = false, quiet = false;
@@ -286,7 +293,7 @@ std::vector<std::string> SplitList(const std::string& s) {
 
 JobEnv JobOf(const RunFlags& f) {
   JobEnv j;
-  j.ckpt = SelfExe();
+  j.ckpt = f.child_ckpt.empty() ? SelfExe() : f.child_ckpt;
   j.mpirun = f.mpirun.empty() ? DefaultMpirun() : SplitWords(f.mpirun);
   j.model = f.model;
   j.layout = f.layout;
@@ -372,6 +379,8 @@ void AddJobFlags(CLI::App* cmd, RunFlags* f) {
   cmd->add_option("--mpirun", f->mpirun, "mpirun prefix before -np (default $CKPT_MPIRUN, $MPIRUN or a local one)");
   cmd->add_option("--mpi-extra", f->mpi_extra, "extra mpirun flags (default: faster MCA choices)");
   cmd->add_flag("--quiet", f->quiet, "no progress lines on stderr");
+  cmd->add_option("--child-ckpt", f->child_ckpt,
+                  "the ckpt executable the jobs run (default: this one; e.g. an older build, to compare)");
 }
 
 void RegisterRun(CLI::App* faults, int* exit_code) {
@@ -397,11 +406,13 @@ void RegisterRun(CLI::App* faults, int* exit_code) {
 }
 
 void RegisterDeadline(CLI::App* faults, int* exit_code) {
-  auto* cmd = faults->add_subcommand("deadline", "Hung and killed ranks: survivors fail within deadline + 1 s, nothing committed");
+  auto* cmd = faults->add_subcommand(
+      "deadline", "Hung, killed and failing ranks: every survivor fails in time naming the rank, nothing committed");
   auto f = std::make_shared<RunFlags>();
   f->timeout_ms = 1000;
   AddJobFlags(cmd, f.get());
-  cmd->add_option("--scenarios", f->scenarios, "space-separated <save|load>:<hang|sigkill>@<point>#<nth>:r<rank>=<phase>");
+  cmd->add_option("--scenarios", f->scenarios,
+                  "space-separated <save|load>:<hang|sigkill|eio>@<point>#<nth>:r<rank>=<phase>");
   cmd->callback([=]() { *exit_code = RunDeadlineCmd(*f); });
 }
 

@@ -17,10 +17,12 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 struct JobFlags {
-  std::string root, model, layout = "tp=1", compression = "none", optimizer;
+  std::string root, model, layout = "tp=1", compression = "none", optimizer, share_reads = "dp";
   int64_t iteration = -1;
+  int64_t share_round_mb = 64;
   int64_t bucket_elems = -1;
   int64_t chunk_kb = 4096;
+  int encode_threads = -1;  // -1: DefaultEncodeThreads()
   int64_t timeout_ms = 60000;
   bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false;
 };
@@ -38,6 +40,23 @@ void AddCommon(CLI::App* cmd, JobFlags* f) {
 int Fail(const char* cmd, int rank, const Status& st) {
   std::fprintf(stderr, "ckpt %s: rank %d: %s\n", cmd, rank, st.ToString().c_str());
   return st.code() == Code::kCorruption ? kExitCheckFailed : kExitError;
+}
+
+// A failed load: every rank prints its error and exits with the agreed code.
+int FailLoad(GptJob& j, const Status& st, Millis timeout) {
+  Fail("load", j.rank(), st);
+  return AgreedLoadExitCode(j.comm.get(), st, timeout);
+}
+
+// The communicator whose ranks share load reads (load_share.h): "dp" = ranks
+// with the same TP and PP coordinates (the DP x CP group of MCore's fully
+// parallel load), "job" = every rank, "none" = each rank reads what it needs.
+// Collective over the job (MPI_Comm_split) for dp.
+Result<std::unique_ptr<MpiComm>> ShareComm(GptJob& j, const std::string& mode) {
+  if (mode == "none") return std::unique_ptr<MpiComm>();
+  if (mode == "job") return j.comm->Split(0, j.rank());
+  if (mode == "dp") return j.comm->Split(j.coords.tp + j.layout.tp * j.coords.pp, j.rank());
+  return Status::InvalidArgument("--share-reads must be none, dp or job, not '" + mode + "'");
 }
 
 double Secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -63,6 +82,7 @@ int RunSave(const JobFlags& f) {
   o.timeout = Millis(f.timeout_ms);
   o.write.codec.compression = *comp;
   o.write.chunk_bytes = f.chunk_kb * 1024;
+  if (f.encode_threads >= 0) o.write.encode_threads = f.encode_threads;
   o.balance_replicas = !f.no_balance;
   o.layout = reshard::LayoutToJson(j.layout);
   o.metadata = {{"model", name}, {"gpt", ModelToJson(*model)}};
@@ -75,6 +95,9 @@ int RunSave(const JobFlags& f) {
   auto r = SaveCheckpoint(sd, o);
   const double secs = Secs(t0);
   if (!r.ok()) return Fail("save", j.rank(), r.status());
+  if (!r->warning.ok())  // committed all the same (checkpoint.h): a warning, exit 0
+    std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but %s\n", j.rank(),
+                 static_cast<long long>(o.iteration), r->warning.message().c_str());
   auto all = j.AllGatherJson({{"bytes", r->bytes_written}, {"file", r->file_bytes}});
   if (!all.ok()) return Fail("save", j.rank(), all.status());
   int64_t total = 0, mx = 0, mn = INT64_MAX;
@@ -89,6 +112,7 @@ int RunSave(const JobFlags& f) {
               {"seconds", secs},   {"mb_per_s", total / 1e6 / secs},
               {"max_rank_bytes", mx}, {"min_rank_bytes", mn}, {"phase_seconds", r->phase_seconds},
               {"optimizer", f.optimizer}};
+  if (!r->warning.ok()) out["warning"] = r->warning.ToString();
   if (f.json)
     Print0(j, "%s\n", out.dump().c_str());
   else
@@ -120,9 +144,10 @@ int64_t LargestChunk(const Manifest& m) {
 
 int RunLoad(const JobFlags& f) {
   std::string name;
-  auto model = ResolveModel(f.model, f.root, f.iteration, &name);
+  const int64_t iteration = ResolveLoadIteration(f.root, f.iteration);
+  auto model = ResolveModel(f.model, f.root, iteration, &name);
   if (!model.ok()) return Fail("load", -1, model.status());
-  auto saved = ReadManifest(DefaultEnv(), f.root, f.iteration);
+  auto saved = ReadManifest(DefaultEnv(), f.root, iteration);
   auto spec = LoadOptimizerSpec(f.optimizer, f.bucket_elems,
                                 saved.ok() ? saved->metadata : nlohmann::json::object());
   if (!spec.ok()) return Fail("load", -1, spec.status());
@@ -130,15 +155,19 @@ int RunLoad(const JobFlags& f) {
   if (!job.ok()) return Fail("load", -1, job.status());
   GptJob& j = **job;
   if (spec->format == reshard::OptimizerFormat::kBucketSpace) {
-    Status pre = PrecheckBucketLayout(j, f.root, f.iteration);
+    Status pre = PrecheckBucketLayout(j, f.root, iteration);
     if (!pre.ok()) return j.rank() == 0 ? Fail("load", 0, pre) : kExitError;
   }
   LoadOptions o;
   o.root = f.root;
-  o.iteration = f.iteration;
+  o.iteration = iteration;
   o.comm = j.comm.get();
   o.timeout = Millis(f.timeout_ms);
   o.fallback = f.fallback;
+  auto share = ShareComm(j, f.share_reads);
+  if (!share.ok()) return Fail("load", j.rank(), share.status());
+  o.share_comm = share->get();
+  o.share_round_bytes = f.share_round_mb << 20;
   auto sd_or = j.StateDict();
   if (!sd_or.ok()) return Fail("load", j.rank(), sd_or.status());
   ShardedStateDict& sd = *sd_or;
@@ -151,7 +180,7 @@ int RunLoad(const JobFlags& f) {
   auto r = LoadCheckpoint(sd, o);
   const double secs = Secs(t0);
   mem.peak = probe.Peak();
-  if (!r.ok()) return Fail("load", j.rank(), r.status());
+  if (!r.ok()) return FailLoad(j, r.status(), o.timeout);
   int64_t mismatches = 0, opt_bad = 0;
   std::string first_bad;
   if (!f.no_check) {
@@ -160,19 +189,24 @@ int RunLoad(const JobFlags& f) {
     mismatches = *bad;
   }
   const int64_t opt_elems = j.optimizer ? j.optimizer->StateElements() : 0;
-  auto all = j.AllGatherJson({{"bytes", r->bytes_read}, {"elements", r->elements + r->zero_filled},
+  auto all = j.AllGatherJson({{"bytes", r->bytes_read}, {"received", r->bytes_received},
+                              {"rounds", r->share_rounds}, {"elements", r->elements + r->zero_filled},
                               {"bad", mismatches}, {"opt_bad", opt_bad}, {"opt_elements", opt_elems},
                               {"first_bad", first_bad}, {"files", r->files_touched},
                               {"rss_before", mem.rss_before}, {"peak", mem.peak}, {"extra", mem.extra()},
                               {"state", mem.state}, {"largest_shard", mem.largest_shard},
                               {"peak_reset", mem.peak_reset}});
   if (!all.ok()) return Fail("load", j.rank(), all.status());
-  int64_t bytes = 0, elements = 0, bad = 0, obad = 0, oelems = 0, extra = 0, state = 0, shard = 0;
+  int64_t bytes = 0, received = 0, rounds = 0, elements = 0, bad = 0, obad = 0, oelems = 0, extra = 0, state = 0,
+          shard = 0, max_rank_bytes = 0;
   bool reset = true;
   std::string where;
   json per_rank = json::array();
   for (const auto& a : *all) {
     bytes += a["bytes"].get<int64_t>();
+    max_rank_bytes = std::max(max_rank_bytes, a["bytes"].get<int64_t>());
+    received += a["received"].get<int64_t>();
+    rounds = std::max(rounds, a["rounds"].get<int64_t>());
     elements += a["elements"].get<int64_t>();
     bad += a["bad"].get<int64_t>();
     obad += a["opt_bad"].get<int64_t>();
@@ -191,6 +225,9 @@ int RunLoad(const JobFlags& f) {
   json out = {{"op", "load"},       {"iteration", r->iteration}, {"layout", j.layout.ToString()},
               {"saved_layout", from}, {"ranks", j.comm->size()}, {"bytes", bytes},
               {"seconds", secs},    {"mb_per_s", bytes / 1e6 / secs}, {"elements_checked", f.no_check ? 0 : elements},
+              {"share_reads", f.share_reads}, {"bytes_received", received}, {"max_rank_bytes", max_rank_bytes},
+              {"share_rounds", rounds},
+              {"delivered_mb_per_s", (bytes + received) / 1e6 / secs},
               {"mismatches", bad},  {"first_mismatch", where},
               {"optimizer", opt_name}, {"optimizer_elements_checked", f.no_check ? 0 : oelems},
               {"optimizer_mismatches", obad},
@@ -205,6 +242,9 @@ int RunLoad(const JobFlags& f) {
            bytes / 1e6 / secs, opt_name.c_str(), static_cast<long long>(f.no_check ? 0 : elements),
            static_cast<long long>(f.no_check ? 0 : oelems), static_cast<long long>(bad),
            where.empty() ? "" : " first at ", where.c_str());
+    if (received > 0)
+      Print0(j, "load  shared reads (%s): %.1f MB read from disk, %.1f MB received from the rank that read it (%lld rounds); max per rank %.1f MB\n",
+             f.share_reads.c_str(), bytes / 1e6, received / 1e6, static_cast<long long>(rounds), max_rank_bytes / 1e6);
     Print0(j, "load  memory: peak extra RSS %.1f MB (max over ranks%s); local state max %.1f MB; largest local shard %.1f MB; largest chunk %.1f MB\n",
            extra / 1e6, reset ? "" : ", peak not resettable: upper bound", state / 1e6, shard / 1e6, chunk / 1e6);
   }
@@ -221,6 +261,8 @@ void RegisterSave(CLI::App& app, int* exit_code) {
   cmd->add_option("--model", f->model, "GPT preset (tiny, demo) with optional overrides (tiny:tied_embeddings=true,first_stage_layers=3) or a config JSON");
   cmd->add_option("--compress", f->compression, "none or zstd");
   cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
+  cmd->add_option("--encode-threads", f->encode_threads,
+                  "pad/compress/hash workers per rank (0: serial; default: cores per local rank)");
   cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
   f->optimizer = "none";
   cmd->add_option("--optimizer", f->optimizer,
@@ -233,10 +275,15 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("load", "Load a checkpoint into this job's layout and check every element");
   auto f = std::make_shared<JobFlags>();
   AddCommon(cmd, f.get());
-  cmd->add_option("--iter", f->iteration, "iteration (default: the tracker's)");
+  cmd->add_option("--iter", f->iteration,
+                  "iteration (default: the latest, the newest committed one at or above the tracker's)");
   cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
   cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
   cmd->add_flag("--no-check", f->no_check, "skip the element check");
+  cmd->add_option("--share-reads", f->share_reads,
+                  "ranks needing the same chunk read it once and send it: dp (default: ranks with the same "
+                  "TP/PP coordinates), job (all ranks) or none");
+  cmd->add_option("--share-round-mb", f->share_round_mb, "read sharing: MB a rank sends per exchange round");
   f->optimizer = "auto";
   cmd->add_option("--optimizer", f->optimizer,
                   "optimizer state to load: auto (as saved), none, model or bucket");

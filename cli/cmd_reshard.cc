@@ -142,7 +142,7 @@ struct PlanFlags {
 };
 
 // Rows per chunk as the shard writer picks them: at most chunk_bytes, rows
-// spread evenly (see shard_file.cc), so simulated costs match real files.
+// spread evenly (see PlanLayout, shard_layout.cc), so simulated costs match real files.
 int64_t ChunkElems(const ShardedTensor& t, int64_t chunk_bytes) {
   const int64_t es = int64_t(DTypeSize(t.dtype));
   int64_t rows = t.flat_range ? t.num_elements() : (t.local_shape.empty() ? 1 : t.local_shape[0]);

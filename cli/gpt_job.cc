@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cstdarg>
+#include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <string_view>
 
 #include "ckpt/checkpoint.h"
+#include "cli/commands.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_moe.h"
 
@@ -217,6 +220,55 @@ Status PrecheckBucketLayout(GptJob& job, const std::string& root, int64_t iterat
   for (const auto& a : all)
     if (!a.get<std::string>().empty()) return Status::FailedPrecondition(a.get<std::string>());
   return Status::Ok();
+}
+
+int64_t ResolveLoadIteration(const std::string& root, int64_t iteration) {
+  if (iteration >= 0) return iteration;
+  Result<int64_t> latest = LatestIteration(DefaultEnv(), root);
+  return latest.ok() ? *latest : -1;
+}
+
+namespace {
+
+// Whose failure a load Status is, and whether it is damage.
+struct LoadFailure {
+  int rank;
+  bool damage;
+};
+
+// "... failed on rank N: <CodeName>: ..." (the loader's Aborted for another
+// rank's failure) names rank N; any other failure is this rank's own.
+LoadFailure FailureOf(const Status& st, int me) {
+  constexpr std::string_view kOn = "failed on rank ";
+  const std::string& m = st.message();
+  size_t pos = m.find(kOn);
+  if (st.code() != Code::kAborted || pos == std::string::npos) return {me, st.code() == Code::kCorruption};
+  pos += kOn.size();
+  size_t end = pos;
+  while (end < m.size() && m[end] >= '0' && m[end] <= '9' && end - pos < 9) ++end;
+  if (end == pos || m.compare(end, 2, ": ") != 0) return {me, false};
+  const std::string damage = std::string(CodeName(Code::kCorruption)) + ":";
+  return {std::stoi(m.substr(pos, end - pos)), m.compare(end + 2, damage.size(), damage) == 0};
+}
+
+int ExitCodeOf(bool damage) { return damage ? kExitCheckFailed : kExitError; }
+
+}  // namespace
+
+int AgreedLoadExitCode(Comm* comm, const Status& st, Millis timeout) {
+  const LoadFailure mine = FailureOf(st, comm ? comm->rank() : 0);
+  if (!comm || comm->size() == 1 || st.code() == Code::kTimeout) return ExitCodeOf(mine.damage);
+  auto all = comm->AllGather(std::to_string(mine.rank) + (mine.damage ? ":1" : ":0"), timeout, "exit code");
+  if (!all.ok()) return ExitCodeOf(mine.damage);
+  LoadFailure first{INT32_MAX, false};
+  for (const std::string& a : *all) {
+    const size_t colon = a.find(':');
+    if (colon == std::string::npos || colon == 0) continue;
+    const LoadFailure f{std::atoi(a.substr(0, colon).c_str()), a.substr(colon + 1) == "1"};
+    if (f.rank < first.rank) first = f;
+    else if (f.rank == first.rank) first.damage = first.damage || f.damage;
+  }
+  return ExitCodeOf(first.damage);
 }
 
 namespace {

@@ -83,6 +83,21 @@ nlohmann::json OptimizerMetadata(const OptimizerSpec& spec);
 // agree, so every rank returns the first failing rank's explanation.
 Status PrecheckBucketLayout(GptJob& job, const std::string& root, int64_t iteration);
 
+// The iteration a load of `iteration` (-1: latest) should ask for: itself
+// when >= 0, else LatestIteration (the newest committed iteration at or above
+// the tracker's, which finds a save whose tracker update failed), else -1
+// (the loader then reports the tracker's problem, or falls back).
+int64_t ResolveLoadIteration(const std::string& root, int64_t iteration);
+
+// The exit code of a failed load, the same on every rank: kExitCheckFailed
+// when the first failing rank's failure is damage (kCorruption), else
+// kExitError. The loader's Status differs by rank (the failing rank holds its
+// own error, the others an Aborted "failed on rank N: <its error>"), so the
+// ranks compare what they hold in one more round (phase "exit code",
+// `timeout`). Without it - world 1, a Timeout (no agreement was reached) or
+// the round failing - this rank's own view decides.
+int AgreedLoadExitCode(Comm* comm, const Status& st, Millis timeout);
+
 // Resident-set figures of this process from /proc/self/status, in bytes (-1 if unknown).
 struct MemoryProbe {
   // Resets the peak (VmHWM) to the current RSS via /proc/self/clear_refs; false if not allowed.

@@ -164,6 +164,75 @@ TEST(CodecTest, Hdf5FilterDecodesCodecFramesAndViceVersa) {
   std::free(buf);
 }
 
+// The default tuning (level 1, hashLog 6) is still one standard frame of the
+// shuffled bytes: the 32015 filter decodes it, and it meets issue #8's ratio.
+TEST(CodecTest, DefaultTuningIsAStandardFrameTheFilterDecodes) {
+  const size_t n = 1 << 20;
+  std::vector<std::byte> raw(n);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (size_t i = 0; i < n; i += 2) {
+    uint16_t h = FloatToBf16(normal(rng));
+    std::memcpy(&raw[i], &h, 2);
+  }
+  CodecOptions opts;
+  opts.compression = Compression::kZstd;
+  EXPECT_EQ(opts.zstd_level, 1);
+  EXPECT_EQ(opts.zstd_hash_log, kZstdWeightsHashLog);
+  Result<std::vector<std::byte>> enc = EncodeChunk(raw, 2, opts);
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  EXPECT_GE(double(n) / double(enc->size()), 1.45);
+  EXPECT_EQ(ZSTD_findFrameCompressedSize(enc->data(), enc->size()), enc->size());
+  const H5Z_class2_t* cls = ckpt_zstd_filter_class();
+  size_t buf_size = enc->size();
+  void* buf = std::malloc(buf_size);
+  std::memcpy(buf, enc->data(), enc->size());
+  ASSERT_EQ(cls->filter(H5Z_FLAG_REVERSE, 0, nullptr, enc->size(), &buf_size, &buf), n);
+  std::vector<std::byte> expect = ReferenceShuffle(raw, 2);
+  EXPECT_EQ(std::memcmp(buf, expect.data(), n), 0);
+  std::free(buf);
+  // zstd's own level-1 parameters (the previous default) give another frame of the same bytes.
+  opts.zstd_hash_log = 0;
+  Result<std::vector<std::byte>> plain = EncodeChunk(raw, 2, opts);
+  ASSERT_TRUE(plain.ok());
+  std::vector<std::byte> back(n);
+  ASSERT_TRUE(DecodeChunk(*plain, 2, Compression::kZstd, true, back).ok());
+  EXPECT_EQ(back, raw);
+}
+
+// The per-thread context is re-configured when the options change, and the
+// output only depends on the options.
+TEST(CodecTest, SwitchingOptionsOnOneThreadGivesTheSameFrames) {
+  std::vector<std::byte> raw = RandomBytes(200000, 4);
+  for (size_t i = 1; i < raw.size(); i += 2) raw[i] = std::byte(0x3c + (size_t(raw[i]) & 1));
+  const std::vector<CodecOptions> all = {{Compression::kZstd, true, 1},
+                                         {Compression::kZstd, true, 1, 0},
+                                         {Compression::kZstd, true, 3, 12},
+                                         {Compression::kZstd, false, -5, 6}};
+  std::vector<std::vector<std::byte>> first;
+  for (const auto& o : all) first.push_back(*EncodeChunk(raw, 2, o));
+  for (int round = 0; round < 2; ++round)
+    for (size_t k = all.size(); k-- > 0;) EXPECT_EQ(*EncodeChunk(raw, 2, all[k]), first[k]) << "setting " << k;
+  std::thread other([&] { EXPECT_EQ(*EncodeChunk(raw, 2, all[2]), first[2]); });
+  other.join();
+  EXPECT_NE(first[0], first[1]);  // hashLog 6 really is in effect
+}
+
+TEST(CodecTest, BadLevelOrHashLogIsInvalidArgument) {
+  EXPECT_TRUE(CheckCodecOptions({Compression::kNone, true, 999, 999}).ok());
+  EXPECT_TRUE(CheckCodecOptions({Compression::kZstd, true, 1}).ok());
+  EXPECT_TRUE(CheckCodecOptions({Compression::kZstd, true, 19, 0}).ok());
+  for (CodecOptions bad : {CodecOptions{Compression::kZstd, true, 1, 5}, CodecOptions{Compression::kZstd, true, 1, 99},
+                           CodecOptions{Compression::kZstd, true, 23, 6},
+                           CodecOptions{Compression::kZstd, true, ZSTD_minCLevel() - 1, 6}}) {
+    Status s = CheckCodecOptions(bad);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad.zstd_level << "/" << bad.zstd_hash_log;
+  }
+  Result<std::vector<std::byte>> enc = EncodeChunk(RandomBytes(100, 1), 2, {Compression::kZstd, true, 1, 99});
+  EXPECT_EQ(enc.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(enc.status().message().find("hash log 99"), std::string::npos) << enc.status().ToString();
+}
+
 TEST(CodecTest, ConcurrentEncodingIsDeterministic) {
   std::vector<std::byte> raw = RandomBytes(1 << 20, 3);
   for (size_t i = 0; i < raw.size(); i += 2) raw[i] = std::byte{0};
@@ -186,6 +255,7 @@ TEST(CodecTest, ConcurrentEncodingIsDeterministic) {
 }
 
 // Throughput numbers for the report; run with --gtest_also_run_disabled_tests.
+// (bench: `ckpt_bench codec` prints the full table of zstd settings.)
 TEST(CodecBench, DISABLED_Bf16ShuffleZstd1) {
   const size_t kChunk = 4 << 20, kTotal = 256 << 20;
   std::vector<std::byte> data(kTotal);
@@ -222,7 +292,7 @@ TEST(CodecBench, DISABLED_Bf16ShuffleZstd1) {
     auto t1 = Clock::now();
     for (const auto& e : enc) ASSERT_TRUE(DecodeChunk(e, 2, Compression::kZstd, shuffle, tmp).ok());
     auto t2 = Clock::now();
-    std::printf("bf16 N(0,0.02) %s+zstd-1: encode %.0f MB/s, decode %.0f MB/s, ratio %.3f\n",
+    std::printf("bf16 N(0,0.02) %s+zstd-1 hashLog 6: encode %.0f MB/s, decode %.0f MB/s, ratio %.3f\n",
                 shuffle ? "shuffle" : "noshuffle", mbps(kTotal, t1 - t0), mbps(kTotal, t2 - t1),
                 double(kTotal) / double(stored));
   }

@@ -138,7 +138,8 @@ TEST(DeadlineScenario, NamesParseBack) {
     ASSERT_TRUE(back.ok()) << s.Name();
     EXPECT_EQ(back->Name(), s.Name());
   }
-  EXPECT_FALSE(ParseDeadlineScenario("save:eio@step.vote#1:r1=vote").ok());  // only hang / sigkill
+  EXPECT_TRUE(ParseDeadlineScenario("save:eio@step.plan#1:r1=plan").ok());
+  EXPECT_FALSE(ParseDeadlineScenario("save:crash@step.vote#1:r1=vote").ok());  // only hang / sigkill / eio
   EXPECT_FALSE(ParseDeadlineScenario("save:hang@step.nope#1:r1=vote").ok());
   EXPECT_FALSE(ParseDeadlineScenario("hang").ok());
 }

@@ -12,6 +12,8 @@
 #include <random>
 #include <thread>
 
+#include <zstd.h>
+
 #include "ckpt/sha256.h"
 #include "support/test_util.h"
 
@@ -276,6 +278,7 @@ struct Counters {
   std::atomic<int> pwrites{0}, syncs{0}, preads{0};
   int fail_pwrite_at = 0;  // 1-based; 0 = never
   int fail_pread_at = 0;
+  int pwrite_delay_us = 0;  // a slow disk
 };
 
 class CountingFile : public File {
@@ -289,6 +292,7 @@ class CountingFile : public File {
   Status PWrite(uint64_t off, std::span<const std::byte> src) override {
     if (++c_->pwrites == c_->fail_pwrite_at)
       return Status::NoSpace("pwrite '" + path() + "': No space left on device (injected)");
+    if (c_->pwrite_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(c_->pwrite_delay_us));
     return f_->PWrite(off, src);
   }
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }
@@ -388,6 +392,149 @@ TEST(ShardFileEnvTest, ReadErrorSurfacesAsIOError) {
     EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
   }
   EXPECT_EQ(OpenHdf5Objects(), 0);
+}
+
+// ---- pipelined writes (encode_threads) ------------------------------------
+
+// Compressible bf16-like bytes: random low bytes, a few distinct high bytes.
+std::vector<std::byte> WeightLike(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> v(size_t(n) * 2);
+  for (size_t i = 0; i < v.size(); i += 2) {
+    v[i] = std::byte(rng() & 0xff);
+    v[i + 1] = std::byte(0x3c + rng() % 3);
+  }
+  return v;
+}
+
+// Writes a mixed shard (multi-chunk bf16, fp32 with a partial last chunk, a
+// flat range, a rank-0 tensor, an empty one, an object) with `threads` workers.
+Status WriteMixed(Env* env, const std::string& path, Compression c, int threads,
+                  std::vector<DatasetRecord>* recs, ShardWriteStats* stats = nullptr) {
+  CKPT_ASSIGN_OR_RETURN(auto w, ShardFileWriter::Create(env, path, 0));
+  ShardWriteOptions o = Opts(c, 4096);
+  o.encode_threads = threads;
+  ShardedTensor flat = Box("flat", DType::kFloat32, {64, 64}, {0, 0}, {64, 64});
+  flat.flat_range = FlatRange{100, 3000};
+  std::vector<std::pair<ShardedTensor, std::vector<std::byte>>> ts;
+  ts.emplace_back(Box("w", DType::kBFloat16, {256, 128}, {0, 0}, {256, 128}), WeightLike(256 * 128, 1));
+  ts.emplace_back(Box("f", DType::kFloat32, {101, 30}, {0, 0}, {101, 30}), Pattern(DType::kFloat32, 101 * 30, 2));
+  ts.emplace_back(flat, Pattern(DType::kFloat32, 2900, 3));
+  ts.emplace_back(Box("step", DType::kInt64, {}, {}, {}), Pattern(DType::kInt64, 1, 4));
+  ts.emplace_back(Box("empty", DType::kFloat32, {0, 8}, {0, 0}, {0, 8}), std::vector<std::byte>{});
+  for (const auto& [meta, data] : ts) {
+    CKPT_ASSIGN_OR_RETURN(DatasetRecord rec, w->WriteTensor(meta, data, o));
+    recs->push_back(std::move(rec));
+  }
+  std::string blob = "rng-state";
+  CKPT_ASSIGN_OR_RETURN(DatasetRecord obj, w->WriteObject({"rng", {1}, {0}, {}}, std::as_bytes(std::span(blob))));
+  recs->push_back(std::move(obj));
+  if (stats) *stats = w->stats();
+  return w->Finish();
+}
+
+TEST(ShardFilePipelineTest, FilesAreIdenticalForAnyWorkerCount) {
+  const std::string dir = ScratchDir("shard_pipe_same");
+  for (Compression c : {Compression::kNone, Compression::kZstd}) {
+    const std::string name = std::string(CompressionName(c));
+    std::vector<DatasetRecord> serial;
+    ASSERT_TRUE(WriteMixed(DefaultEnv(), dir + "/" + name + "0.h5", c, 0, &serial).ok());
+    auto want = ReadFileToString(DefaultEnv(), dir + "/" + name + "0.h5");
+    ASSERT_TRUE(want.ok());
+    for (int threads : {1, 2, 4, 7}) {
+      SCOPED_TRACE(name + " with " + std::to_string(threads) + " workers");
+      std::vector<DatasetRecord> recs;
+      ShardWriteStats st;
+      const std::string path = dir + "/" + name + std::to_string(threads) + ".h5";
+      ASSERT_TRUE(WriteMixed(DefaultEnv(), path, c, threads, &recs, &st).ok());
+      EXPECT_EQ(st.encode_threads, threads);
+      auto got = ReadFileToString(DefaultEnv(), path);
+      ASSERT_TRUE(got.ok());
+      EXPECT_TRUE(*got == *want) << "file differs from the serial one";
+      ASSERT_EQ(recs.size(), serial.size());
+      for (size_t i = 0; i < recs.size(); ++i) {
+        ASSERT_EQ(recs[i].chunks.size(), serial[i].chunks.size()) << recs[i].dataset;
+        for (size_t k = 0; k < recs[i].chunks.size(); ++k) {
+          EXPECT_EQ(recs[i].chunks[k].sha256, serial[i].chunks[k].sha256) << recs[i].dataset << " chunk " << k;
+          EXPECT_EQ(recs[i].chunks[k].file_offset, serial[i].chunks[k].file_offset);
+          EXPECT_EQ(recs[i].chunks[k].stored_size, serial[i].chunks[k].stored_size);
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardFilePipelineTest, AtMostTwoChunksPerWorkerAreInFlight) {
+  const std::string dir = ScratchDir("shard_pipe_bound");
+  const int64_t chunk = 16 << 10;
+  for (Compression c : {Compression::kZstd, Compression::kNone}) {
+    Counters cnt;
+    cnt.pwrite_delay_us = 1000;  // a slow disk: the workers run ahead to the bound
+    CountingEnv env(&cnt);
+    auto w = ShardFileWriter::Create(&env, dir + "/" + std::string(CompressionName(c)) + ".h5", 0);
+    ASSERT_TRUE(w.ok());
+    ShardWriteOptions o = Opts(c, chunk);
+    o.encode_threads = 3;
+    ShardedTensor t = Box("w", DType::kBFloat16, {48 * 64, 128}, {0, 0}, {48 * 64, 128});  // 48 chunks
+    ASSERT_TRUE((*w)->WriteTensor(t, WeightLike(48 * 64 * 128, 5), o).ok());
+    ShardWriteStats st = (*w)->stats();
+    EXPECT_EQ(st.encode_threads, 3);
+    EXPECT_EQ(st.peak_chunks_in_flight, 6) << CompressionName(c);
+    if (c == Compression::kZstd) {
+      EXPECT_GT(st.peak_buffered_bytes, 0u);
+      EXPECT_LE(st.peak_buffered_bytes, 6 * ZSTD_compressBound(chunk));
+    } else {
+      EXPECT_EQ(st.peak_buffered_bytes, 0u) << "raw chunks are views of the caller's buffer";
+    }
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+}
+
+TEST(ShardFilePipelineTest, WriteErrorsUnderManyWorkersNameTheFileAndNeverHang) {
+  const std::string dir = ScratchDir("shard_pipe_err");
+  auto write = [&](Env* env, const std::string& path) -> Status {
+    std::vector<DatasetRecord> recs;
+    return WriteMixed(env, path, Compression::kZstd, 4, &recs);
+  };
+  Counters probe;
+  CountingEnv probe_env(&probe);
+  ASSERT_TRUE(write(&probe_env, dir + "/ok.h5").ok());
+  const int total = probe.pwrites.load();
+  ASSERT_GT(total, 10);
+  int in_chunks = 0;
+  for (int k = 1; k <= total; ++k) {
+    Counters c;
+    c.fail_pwrite_at = k;
+    CountingEnv env(&c);
+    const std::string path = dir + "/f" + std::to_string(k) + ".h5";
+    Status s = write(&env, path);
+    EXPECT_EQ(s.code(), Code::kNoSpace) << "failing write " << k << ": " << s.ToString();
+    EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+    if (s.message().find("writing chunk") != std::string::npos) {
+      ++in_chunks;
+      EXPECT_NE(s.message().find("dataset '/"), std::string::npos) << s.ToString();
+    }
+    EXPECT_EQ(c.syncs.load(), 0);
+    EXPECT_EQ(OpenHdf5Objects(), 0) << "after failing write " << k;
+  }
+  EXPECT_GT(in_chunks, 0) << "no injected error hit a chunk write";
+}
+
+TEST(ShardFilePipelineTest, BadCodecOptionsAreRejectedBeforeTheDatasetExists) {
+  const std::string path = ScratchDir("shard_pipe_badopt") + "/rank.h5";
+  auto w = ShardFileWriter::Create(DefaultEnv(), path, 0);
+  ASSERT_TRUE(w.ok());
+  ShardedTensor t = Box("w", DType::kBFloat16, {64, 64}, {0, 0}, {64, 64});
+  auto data = WeightLike(64 * 64, 9);
+  ShardWriteOptions o = Opts(Compression::kZstd, 1024);
+  o.codec.zstd_hash_log = 99;
+  Result<DatasetRecord> bad = (*w)->WriteTensor(t, data, o);
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(TensorDatasetName(t)), std::string::npos) << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("hash log 99"), std::string::npos) << bad.status().ToString();
+  o.codec.zstd_hash_log = 0;  // zstd's own parameters for the level
+  ASSERT_TRUE((*w)->WriteTensor(t, data, o).ok());
+  EXPECT_TRUE((*w)->Finish().ok());
 }
 
 // ---- corrupt files -----------------------------------------------------

@@ -1,0 +1,18 @@
+// ckpt_bench modes beyond memcpy/async (bench_codec.cc). Each prints JSON
+// lines on stdout (and codec a markdown table on stderr); returns the exit code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ckpt::bench {
+
+// Single-thread shuffle+zstd table on `mib` MiB of bf16 normal(0, 0.02):
+// ratio, encode and decode MB/s per zstd setting, plus shuffle and SHA-256 speed.
+int CodecTable(int64_t mib);
+
+// Writes one `mib` MiB bf16 tensor to <dir>/shard_<compression>_<threads>.h5
+// with ShardFileWriter and `threads` encode workers, fsync included (best of 3).
+int ShardWrite(int64_t mib, int threads, const std::string& compression, const std::string& dir);
+
+}  // namespace ckpt::bench
