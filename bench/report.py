@@ -39,8 +39,15 @@ for op in by:
     if op.startswith("ckpt save"):
         line(op, dd_w, "dd write+fsync", 0.9 if op == "ckpt save raw" else None)
 for op in by:
-    if op.startswith("ckpt load"):
+    if op.startswith("ckpt load") and "share" not in op:
         line(op, dd_r, "dd read", 0.85 if "reshard" in op else None)
+for op in by:
+    if op.startswith("ckpt load") and "share" in op:
+        # What the ranks got (read + received from a sharing peer) per second,
+        # and what came off the disk.
+        r = by[op]
+        v = r.get("delivered_mb_per_s", r["mb_per_s"])
+        print(f"| {op}: {r['bytes']/1e6:.0f} MB read from disk, {r.get('bytes_received', 0)/1e6:.0f} MB received | {v:.0f} | {v/dd_r:.2f} | dd read (delivered bytes) | >= 0.85x | {'yes' if v/dd_r >= 0.85 else 'NO'} |")
 for op in by:
     if op.startswith("ckpt reshard"):
         line(op, dd_w, "dd write+fsync")
@@ -62,6 +69,8 @@ for op in by:
         p = by[op]
         ok = p["seconds"] < 10 and p["max_rss_mb"] < 2048
         print(f"| {op}: {p['ranks']} ranks {p['from']} -> {p['to']} | | | {p['seconds']:.2f} s, {p['max_rss_mb']:.0f} MB RSS | < 10 s, < 2 GB | {'yes' if ok else 'NO'} |")
+        if "bytes_read_total_share_dp" in p:
+            print(f"| {op}: bytes read, all ranks: {p['bytes_read_total']/1e6:,.0f} MB without sharing, {p['bytes_read_total_share_dp']/1e6:,.0f} MB with --share-reads dp (checkpoint {p['checkpoint_bytes']/1e6:,.0f} MB) | | {p['bytes_read_total']/max(p['bytes_read_total_share_dp'],1):.0f}x less | | | |")
 
 codec = [r for r in rows if r["op"] == "codec"]
 if codec:

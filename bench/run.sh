@@ -50,10 +50,11 @@ run_save() {  # run_save <name> <np> <layout> <model> [flags]
   "${MPIRUN[@]}" -np "$np" "$CKPT" save --root "$DIR/$name" --iter 1 --model "$model" --layout "$layout" --json "$@" |
     /usr/bin/python3 -c "import json,sys; j=json.loads(sys.stdin.read()); j['op']='$name'; print(json.dumps(j))" | tee -a "$R"
 }
-run_load() {  # run_load <name> <root> <np> <layout>
+run_load() {  # run_load <name> <root> <np> <layout> [flags]
   local name=$1 root=$2 np=$3 layout=$4 c
+  shift 4
   c=$(cold)
-  "${MPIRUN[@]}" -np "$np" "$CKPT" load --root "$root" --layout "$layout" --json --no-check |
+  "${MPIRUN[@]}" -np "$np" "$CKPT" load --root "$root" --layout "$layout" --json --no-check "$@" |
     /usr/bin/python3 -c "import json,sys; j=json.loads(sys.stdin.read()); j['op']='$name'; j['cold']='$c'=='true'; print(json.dumps(j))" | tee -a "$R"
 }
 
@@ -65,6 +66,9 @@ run_save "ckpt save zstd serial" "$RANKS" "tp=$RANKS" demo --compress zstd --enc
 run_load "ckpt load raw" "$DIR/ckpt save raw" "$RANKS" "tp=$RANKS"
 run_load "ckpt load zstd" "$DIR/ckpt save zstd" "$RANKS" "tp=$RANKS"
 run_load "ckpt load+reshard TP$RANKS->TP1" "$DIR/ckpt save raw" 1 tp=1
+# DP replicas: every rank needs the whole model; read sharing reads it once.
+run_load "ckpt load+reshard TP$RANKS->DP$RANKS share none" "$DIR/ckpt save raw" "$RANKS" "dp=$RANKS" --share-reads none
+run_load "ckpt load+reshard TP$RANKS->DP$RANKS share dp" "$DIR/ckpt save raw" "$RANKS" "dp=$RANKS" --share-reads dp
 t0=$(date +%s.%N); "$CKPT" reshard "$DIR/ckpt save raw" "$DIR/resharded" --to tp=1 >/dev/null; t1=$(date +%s.%N)
 rate "ckpt reshard offline TP$RANKS->TP1" "$(du -sb "$DIR/resharded" | cut -f1)" "$(secs "$t0" "$t1")"
 echo "== async save (blocking part vs memcpy of the rank's state)"
@@ -86,7 +90,8 @@ except Exception:
     sys.exit(0)
 t, kb = open(sys.argv[2]).read().split()
 row = {"op": "plan " + sys.argv[3], "ranks": j["ranks"], "seconds": float(t), "max_rss_mb": int(kb) / 1024,
-       "bytes_read_total": j["bytes_read_total"], "from": j["from"], "to": j["to"]}
+       "bytes_read_total": j["bytes_read_total"], "bytes_read_total_share_dp": j["bytes_read_total_share_dp"],
+       "checkpoint_bytes": j["checkpoint_bytes"], "from": j["from"], "to": j["to"]}
 print(json.dumps(row))
 open(sys.argv[4], "a").write(json.dumps(row) + "\n")
 PY

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <cstdio>
 #include <optional>
 
@@ -192,6 +193,18 @@ Result<SavedModel> SavedForPlan(const PlanFlags& f, std::vector<reshard::SavedSh
   return saved;
 }
 
+// Stored bytes of the distinct chunks the given plans read together: what a
+// read-sharing group (load_share.h) reads from disk.
+int64_t UnionBytes(const std::set<const reshard::ReadPlan*>& plans, const std::vector<reshard::SavedShard>& shards) {
+  std::set<std::pair<int, int64_t>> chunks;
+  for (const auto* p : plans)
+    for (const auto& rp : p->requests)
+      for (const auto& cr : rp.reads) chunks.insert({cr.saved_shard, cr.chunk});
+  int64_t n = 0;
+  for (const auto& [s, c] : chunks) n += shards[s].chunk_stored_bytes[c];
+  return n;
+}
+
 int RunPlan(const PlanFlags& f) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<reshard::SavedShard> shards;
@@ -202,6 +215,8 @@ int RunPlan(const PlanFlags& f) {
   json ranks = json::array();
   std::map<std::string, reshard::ReadPlan> plans;
   int64_t total = 0, mx = 0, mn = INT64_MAX;
+  std::map<int, std::set<const reshard::ReadPlan*>> dp_groups;
+  std::set<const reshard::ReadPlan*> all_plans;
   for (int r = 0; r < target->world_size(); ++r) {
     auto want = TargetShards(saved->model, *target, r);
     if (!want.ok()) return Fail("plan", want.status());
@@ -219,6 +234,10 @@ int RunPlan(const PlanFlags& f) {
       cached = plans.emplace(std::move(key), std::move(computed).value()).first;
     }
     const reshard::ReadPlan* plan = &cached->second;
+    auto coords = CoordsOf(*target, r);
+    if (!coords.ok()) return Fail("plan", coords.status());
+    dp_groups[coords->tp + target->tp * coords->pp].insert(plan);  // as `ckpt load --share-reads dp`
+    all_plans.insert(plan);
     if (f.per_rank) {
       std::vector<std::string> files;
       for (int fi : plan->files) files.push_back(saved->manifest.files[fi].name);
@@ -229,8 +248,11 @@ int RunPlan(const PlanFlags& f) {
     mx = std::max(mx, plan->bytes_read);
     mn = std::min(mn, plan->bytes_read);
   }
+  int64_t dp_shared = 0;
+  for (const auto& [color, group] : dp_groups) dp_shared += UnionBytes(group, shards);
+  const int64_t job_shared = UnionBytes(all_plans, shards);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  json out = {{"from", saved->manifest.layout}, {"to", target->ToString()}, {"ranks", target->world_size()},
+  json out = {{"bytes_read_total_share_dp", dp_shared}, {"bytes_read_total_share_job", job_shared},{"from", saved->manifest.layout}, {"to", target->ToString()}, {"ranks", target->world_size()},
               {"bytes_read_total", total}, {"bytes_read_max_rank", mx}, {"bytes_read_min_rank", mn},
               {"checkpoint_bytes", saved->manifest.TotalStoredBytes()}, {"plan_seconds", secs},
               {"distinct_plans", plans.size()}};
@@ -243,6 +265,8 @@ int RunPlan(const PlanFlags& f) {
   std::printf("plan %s -> %s: %d ranks read %.1f MB in total (checkpoint %.1f MB), per rank max %.1f / min %.1f MB; planned in %.3f s\n",
               saved->manifest.layout.dump().c_str(), target->ToString().c_str(), target->world_size(), total / 1e6,
               saved->manifest.TotalStoredBytes() / 1e6, mx / 1e6, mn / 1e6, secs);
+  std::printf("plan with read sharing: %.1f MB from disk with --share-reads dp (%zu groups), %.1f MB with job\n",
+              dp_shared / 1e6, dp_groups.size(), job_shared / 1e6);
   if (f.per_rank)
     for (const auto& r : ranks)
       std::printf("  rank %3d: %10.3f MB, %5lld chunks, %zu files\n", r["rank"].get<int>(),
