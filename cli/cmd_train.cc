@@ -2,9 +2,13 @@
 // multi-rank job under mpirun - train to --steps iterations, save on a
 // schedule, resume from the latest checkpoint under any layout, and the
 // switches the reproducibility tests need (negative controls, a simulated
-// kill after a save, a NaN fault and the save-time non-finite guard).
+// kill after a save, a NaN fault and the save-time non-finite guard), and
+// asynchronous saves (--async-save, cli/train_saver.h) with their negative
+// control (--async-no-snapshot), a test hook (--async-delay-ms) and fault
+// plans for the saves (--faults).
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -14,6 +18,8 @@
 #include "ckpt/comm_mpi.h"
 #include "ckpt/workload/train_workload.h"
 #include "cli/commands.h"
+#include "cli/gpt_job.h"
+#include "cli/train_saver.h"
 #include "reshard/gpt_config_json.h"
 
 namespace ckpt::cli {
@@ -27,6 +33,7 @@ struct TrainFlags {
   std::string compression = "none";
   int64_t steps = 10, save_every = 0, inject_nan = -1, timeout_ms = 60000;
   workload::TrainConfig cfg;
+  TrainSaveFlags save;
   bool resume = false, no_rng = false, no_iterator = false, kill_after_save = false, json = false;
 };
 
@@ -38,6 +45,7 @@ struct Job {
   ParallelConfig layout;
   std::unique_ptr<workload::TrainWorkload> work;
   std::unique_ptr<workload::MpiCollectives> coll;
+  std::unique_ptr<TrainSaver> saver;
   int rank() const { return comm ? comm->rank() : -1; }
 };
 
@@ -49,9 +57,16 @@ void Print0(const Job& j, const std::string& s) {
 
 // Every rank reports its own failure unless it is just the echo of another
 // rank's; a status all ranks agreed on (`agreed`) is reported by rank 0 only.
+// Before the job has a communicator (bad flags: every rank fails the same
+// way) only the launcher's rank 0 reports.
 int Fail(const Job& j, const Status& st, bool agreed = false) {
-  if (agreed ? j.rank() <= 0 : (st.code() != Code::kAborted || j.rank() <= 0))
+  if (j.rank() < 0) {
+    const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (!launcher_rank || std::string(launcher_rank) == "0")
+      std::fprintf(stderr, "ckpt train: %s\n", st.ToString().c_str());
+  } else if (agreed ? j.rank() == 0 : (st.code() != Code::kAborted || j.rank() == 0)) {
     std::fprintf(stderr, "ckpt train: rank %d: %s\n", j.rank(), st.ToString().c_str());
+  }
   return st.message().find("non-finite") != std::string::npos ? kExitCheckFailed : kExitError;
 }
 
@@ -65,13 +80,15 @@ Result<Job> StartJob(TrainFlags& f) {
                                    std::to_string(j.layout.world_size()) + ", the job has " +
                                    std::to_string(j.comm->size()) + " ranks");
   CKPT_ASSIGN_OR_RETURN(RankCoords coords, CoordsOf(j.layout, j.comm->rank()));
-  CKPT_ASSIGN_OR_RETURN(reshard::GptConfig model, reshard::GptPreset(f.model));
+  std::string preset;
+  CKPT_ASSIGN_OR_RETURN(reshard::GptConfig model, ResolveModel(f.model, f.root, -1, &preset));
   CKPT_ASSIGN_OR_RETURN(f.cfg.mode, workload::ParseTrainMode(f.mode));
   f.cfg.model_name = f.model;
   f.cfg.model = reshard::GptConfigToJson(model);
   f.cfg.inject_nan_step = f.inject_nan;
   CKPT_ASSIGN_OR_RETURN(j.work, workload::TrainWorkload::Create(f.cfg, model, j.layout, coords));
   CKPT_ASSIGN_OR_RETURN(j.coll, workload::MpiCollectives::Create(*j.comm, j.layout));
+  CKPT_ASSIGN_OR_RETURN(j.saver, TrainSaver::Create(f.save, *j.session, *j.comm, f.root));
   return j;
 }
 
@@ -96,7 +113,8 @@ Result<std::set<int64_t>> ParseSaveAt(const std::string& s) {
   return out;
 }
 
-Result<json> Save(Job& j, const TrainFlags& f, const workload::ResumeParts& parts) {
+// Saves (or, async, starts saving) the current iteration; returns the log line.
+Result<std::string> Save(Job& j, const TrainFlags& f, const workload::ResumeParts& parts) {
   CKPT_ASSIGN_OR_RETURN(NonFinitePolicy policy, ParsePolicy(f.nonfinite));
   CKPT_ASSIGN_OR_RETURN(Compression comp, ParseCompression(f.compression));
   SaveOptions o;
@@ -108,9 +126,7 @@ Result<json> Save(Job& j, const TrainFlags& f, const workload::ResumeParts& part
   o.write.codec.compression = comp;
   o.layout = reshard::LayoutToJson(j.layout);
   o.metadata = {{"model", f.model}, {"gpt", f.cfg.model}, {"train", j.work->config().ArgsJson()}};
-  ShardedStateDict sd = j.work->SaveDict(parts);
-  CKPT_ASSIGN_OR_RETURN(SaveStats st, SaveCheckpoint(sd, o));
-  return json{{"iteration", o.iteration}, {"seconds", st.seconds}, {"rank0_bytes", st.bytes_written}};
+  return j.saver->Save(j.work->SaveDict(parts), std::move(o), j.work->iteration());
 }
 
 int Run(TrainFlags& f) {
@@ -131,27 +147,34 @@ int Run(TrainFlags& f) {
     j.work->Initialize();
   }
   const int64_t first = j.work->iteration();
-  json saves = json::array();
   double step_secs = 0;
   while (j.work->iteration() < f.steps) {
     const auto t0 = Clock::now();
     Status st = j.work->Step(*j.coll);
     step_secs += Secs(t0);
     if (!st.ok()) return Fail(j, st);
+    j.saver->OnStep();
     const int64_t it = j.work->iteration();
     const bool due = it == f.steps || save_at->count(it) || (f.save_every > 0 && it % f.save_every == 0);
     if (!due) continue;
     auto saved = Save(j, f, parts);
     if (!saved.ok()) return Fail(j, saved.status());
-    saves.push_back(*saved);
-    Print0(j, "train: saved iteration " + std::to_string(it) + " under " + f.root + "\n");
+    Print0(j, *saved);
     if (f.kill_after_save) {
+      auto joined = j.saver->Finish(it);  // an async save must commit before the kill
+      if (!joined.ok()) return Fail(j, joined.status());
+      Print0(j, *joined);
       // Every rank is past the commit; then die like a job killed by the scheduler.
       if (!j.comm->Barrier(Millis(f.timeout_ms), "kill").ok()) return kExitError;
       Print0(j, "train: killing the job after the save at iteration " + std::to_string(it) + " (SIGKILL)\n");
       std::raise(SIGKILL);
     }
   }
+  auto joined = j.saver->Finish(j.work->iteration());  // never exit with a save in flight
+  if (!joined.ok()) return Fail(j, joined.status());
+  Print0(j, *joined);
+  auto report = j.saver->Report(j.work->SaveDict(parts), Millis(f.timeout_ms));
+  if (!report.ok()) return Fail(j, report.status());
   const workload::TrainWorkload& w = *j.work;
   const int64_t consumed = w.consumed_samples();
   const bool exactly_once = w.ledger() == workload::SampleLedger::Range(0, consumed);
@@ -161,7 +184,9 @@ int Run(TrainFlags& f) {
               {"consumed_samples", consumed}, {"samples_exactly_once", exactly_once},
               {"consumed_matches_iterations", in_step}, {"rng_offset", w.rng().offset}, {"lr", w.lr().Lr()},
               {"step_seconds_mean", w.iteration() > first ? step_secs / double(w.iteration() - first) : 0.0},
-              {"saves", saves}};
+              {"saves", (*report)["saves"]}};
+  for (const char* k : {"memcpy_baseline", "async"})
+    if (report->contains(k)) out[k] = (*report)[k];
   if (f.json) {
     Print0(j, out.dump() + "\n");
   } else {
@@ -185,7 +210,7 @@ void RegisterTrain(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<TrainFlags>();
   cmd->add_option("--root", f->root, "checkpoint root directory")->required();
   cmd->add_option("--layout", f->layout, "this job's layout, e.g. tp=4,pp=2,dp=1");
-  cmd->add_option("--model", f->model, "GPT preset (tiny, demo)");
+  cmd->add_option("--model", f->model, "GPT preset (tiny, demo), optionally with overrides: tiny:hidden=256,num_layers=4");
   cmd->add_option("--steps", f->steps, "train until this iteration (total, as Megatron's --train-iters)");
   cmd->add_option("--mode", f->mode, "elementwise (layout-invariant) or tp-reduce (TP all-reduce matmul)");
   cmd->add_option("--seed", f->cfg.seed, "seed of initial weights, data and RNG");
@@ -206,6 +231,16 @@ void RegisterTrain(CLI::App& app, int* exit_code) {
   cmd->add_option("--nonfinite", f->nonfinite, "NaN/Inf at save: refuse (default), warn or allow");
   cmd->add_option("--compress", f->compression, "none or zstd");
   cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every checkpoint collective");
+  cmd->add_flag("--async-save", f->save.async,
+                "save in the background (AsyncSaver on its own communicator; needs MPI_THREAD_MULTIPLE): "
+                "training blocks only for the snapshot copy");
+  cmd->add_flag("--async-no-snapshot", f->save.no_snapshot,
+                "NEGATIVE CONTROL (never for real saves): the background save reads the live training buffers");
+  cmd->add_option("--async-delay-ms", f->save.delay_ms,
+                  "TEST HOOK: the background save sleeps this long before it reads or writes anything");
+  cmd->add_option("--faults", f->save.faults,
+                  "fault plan for the saves (faults/fault_spec.h; one FaultEnv for the job: nth counts over saves)");
+  cmd->add_option("--faults-log", f->save.faults_log, "append one JSON line per fired fault to this file");
   cmd->add_flag("--json", f->json, "print the summary as JSON");
   cmd->callback([=]() { *exit_code = Run(*f); });
 }

@@ -2,6 +2,8 @@
 // save, saves are serialised, and a failing background save publishes nothing.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "ckpt/async_save.h"
@@ -81,6 +83,63 @@ TEST(AsyncSaveTest, ThreadRanksSaveInTheBackground) {
   }
   for (auto& t : threads) t.join();
   for (auto& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(*ReadTracker(DefaultEnv(), root), 3);
+}
+
+
+// The negative control: without a snapshot the background save reads the
+// live buffers, so an overwrite made before it reads them lands in the
+// checkpoint (a test that would pass with the control would prove nothing).
+TEST(AsyncSaveTest, NoSnapshotControlSavesWhatTrainingWroteAfterStart) {
+  const std::string root = testing::ScratchDir("async_nosnap");
+  LocalComm comm;
+  AsyncSaveOptions ao;
+  ao.snapshot = false;
+  ao.delay_before_save = Millis(300);
+  AsyncSaver saver(&comm, ao);
+  OwnedState s;
+  s.Add(Desc("w", DType::kFloat32, {128, 16}, {0, 0}, {128, 16}), true);
+  auto started = saver.Start(s.dict(), Opts(root, 1));
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  EXPECT_EQ(started->snapshot_bytes, 0);
+  std::memset(s.dict().tensors()[0].data.data(), 0, s.dict().tensors()[0].data.size());
+  ASSERT_TRUE(saver.Wait().ok());
+
+  OwnedState d;
+  d.Add(Desc("w", DType::kFloat32, {128, 16}, {0, 0}, {128, 16}), false);
+  LoadOptions lo;
+  lo.root = root;
+  ASSERT_TRUE(LoadCheckpoint(d.dict(), lo).ok());
+  EXPECT_GT(d.CountMismatches(), 0);  // the overwritten values, not those at Start
+}
+
+// The test hook holds the background save before it reads anything; the
+// saver reports when reading began and the background time, delay included.
+TEST(AsyncSaveTest, DelayHookHoldsTheBackgroundSaveAndIsReported) {
+  const std::string root = testing::ScratchDir("async_delay");
+  LocalComm comm;
+  AsyncSaveOptions ao;
+  ao.delay_before_save = Millis(200);
+  AsyncSaver saver(&comm, ao);
+  OwnedState s;
+  s.Add(Desc("w", DType::kFloat32, {64, 8}, {0, 0}, {64, 8}), true);
+  EXPECT_EQ(saver.last_background_seconds(), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(saver.Start(s.dict(), Opts(root, 1)).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150));  // Start does not sleep
+  ASSERT_TRUE(saver.Wait().ok());
+  EXPECT_GE(saver.last_save_began() - t0, std::chrono::milliseconds(200));
+  EXPECT_GE(saver.last_background_seconds(), 0.2);
+  // The next Start joins nothing (the previous was joined) and reports no previous.
+  auto next = saver.Start(s.dict(), Opts(root, 2));
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(next->joined_previous);
+  auto third = saver.Start(s.dict(), Opts(root, 3));  // joins iteration 2
+  ASSERT_TRUE(third.ok());
+  EXPECT_TRUE(third->joined_previous);
+  EXPECT_GT(third->wait_previous_seconds, 0.05);  // iteration 2 was still held by the hook
+  EXPECT_GT(third->previous.bytes_written, 0);
+  ASSERT_TRUE(saver.Wait().ok());
   EXPECT_EQ(*ReadTracker(DefaultEnv(), root), 3);
 }
 

@@ -1,0 +1,162 @@
+#include "cli/train_saver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "faults/fault_spec.h"
+
+namespace ckpt::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// memcpy of the state's tensor bytes into one buffer: `cold` the first copy
+// into freshly allocated, untouched memory (as the first snapshot, which
+// allocates its buffers), `warm` the median of 5 copies into the same buffer
+// afterwards (as later snapshots, which reuse them).
+struct MemcpyBaseline {
+  double cold = 0, warm = 0;
+  int64_t bytes = 0;
+};
+MemcpyBaseline MeasureMemcpy(const ShardedStateDict& sd) {
+  MemcpyBaseline b;
+  b.bytes = sd.TotalBytes();
+  std::unique_ptr<std::byte[]> dst(new std::byte[size_t(std::max<int64_t>(b.bytes, 1))]);
+  auto copy = [&] {
+    const auto t0 = Clock::now();
+    size_t off = 0;
+    for (const auto& t : sd.tensors()) {
+      std::memcpy(dst.get() + off, t.data.data(), t.data.size());
+      off += t.data.size();
+    }
+    return Since(t0);
+  };
+  b.cold = copy();
+  std::vector<double> warm(5);
+  for (double& w : warm) w = copy();
+  std::nth_element(warm.begin(), warm.begin() + 2, warm.end());
+  b.warm = warm[2];
+  return b;
+}
+
+std::string Ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f ms", 1e3 * s);
+  return buf;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TrainSaver>> TrainSaver::Create(const TrainSaveFlags& f, const MpiSession& session,
+                                                       MpiComm& job, const std::string& root) {
+  if (!f.async && (f.no_snapshot || f.delay_ms > 0))
+    return Status::InvalidArgument("--async-no-snapshot and --async-delay-ms need --async-save");
+  if (f.delay_ms < 0) return Status::InvalidArgument("--async-delay-ms must be >= 0");
+  std::unique_ptr<TrainSaver> s(new TrainSaver(f, &job));
+  if (!f.faults.empty()) {
+    CKPT_ASSIGN_OR_RETURN(faults::FaultPlan plan, faults::ParseFaultPlan(f.faults));
+    faults::FaultEnv::Options fo;
+    fo.rank = job.rank();
+    fo.plan = std::move(plan);
+    fo.root = root;
+    fo.event_log = f.faults_log;
+    s->fenv_ = std::make_unique<faults::FaultEnv>(DefaultEnv(), std::move(fo));
+  }
+  if (!f.async) return s;
+  if (!session.thread_multiple())
+    return Status::FailedPrecondition(
+        "--async-save needs MPI_THREAD_MULTIPLE (the background save's collectives run while the training "
+        "thread's all-reduces do), but this MPI provides thread level " +
+        std::to_string(session.thread_level()) + " (MPI_THREAD_MULTIPLE is " +
+        std::to_string(MPI_THREAD_MULTIPLE) + ")");
+  CKPT_ASSIGN_OR_RETURN(s->save_comm_, MpiComm::Create(MPI_COMM_WORLD));
+  AsyncSaveOptions ao;
+  ao.snapshot = !f.no_snapshot;
+  ao.delay_before_save = Millis(f.delay_ms);
+  s->saver_ = std::make_unique<AsyncSaver>(s->save_comm_.get(), ao);
+  return s;
+}
+
+void TrainSaver::OnStep() {
+  if (pending_row_ >= 0) steps_.push_back(Clock::now());
+}
+
+std::string TrainSaver::Joined(const SaveStats& st, int64_t iteration_now) {
+  json& row = rows_[size_t(pending_row_)];
+  const double background_s = saver_->last_background_seconds();
+  const auto began = saver_->last_save_began();
+  const int64_t before_read = std::count_if(steps_.begin(), steps_.end(), [&](auto t) { return t < began; });
+  row["background_seconds"] = background_s;
+  row["save_seconds"] = st.seconds;
+  row["rank0_bytes"] = st.bytes_written;
+  row["steps_before_read"] = before_read;
+  row["steps_until_join"] = iteration_now - started_at_;
+  pending_row_ = -1;
+  steps_.clear();
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "train: async save of iteration %lld committed: %.3f s in the background; %lld training steps "
+                "ended before it began reading, %lld before the join\n",
+                static_cast<long long>(row["iteration"].get<int64_t>()), background_s,
+                static_cast<long long>(before_read), static_cast<long long>(iteration_now - started_at_));
+  return line;
+}
+
+Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, int64_t iteration_now) {
+  if (fenv_) {
+    o.env = fenv_.get();
+    o.hook = fenv_->Hook();
+  }
+  if (!saver_) {
+    o.comm = job_;
+    CKPT_ASSIGN_OR_RETURN(SaveStats st, SaveCheckpoint(sd, o));
+    rows_.push_back({{"iteration", o.iteration}, {"seconds", st.seconds}, {"rank0_bytes", st.bytes_written}});
+    return "train: saved iteration " + std::to_string(o.iteration) + " under " + o.root + "\n";
+  }
+  const int64_t iteration = o.iteration;
+  CKPT_ASSIGN_OR_RETURN(AsyncStartStats st, saver_->Start(sd, std::move(o)));
+  std::string log;
+  if (st.joined_previous) log = Joined(st.previous, iteration_now);
+  rows_.push_back({{"iteration", iteration}, {"mode", saver_->options().snapshot ? "async" : "async-no-snapshot"},
+                   {"wait_previous_seconds", st.wait_previous_seconds}, {"snapshot_seconds", st.snapshot_seconds},
+                   {"blocking_seconds", st.blocking_seconds()}, {"snapshot_bytes", st.snapshot_bytes},
+                   {"state_bytes", sd.TotalBytes()}, {"delay_ms", flags_.delay_ms}});
+  pending_row_ = int64_t(rows_.size()) - 1;
+  started_at_ = iteration_now;
+  return log + "train: started async save of iteration " + std::to_string(iteration) + ": blocked " +
+         Ms(st.blocking_seconds()) + " (wait for the previous " + Ms(st.wait_previous_seconds) + " + snapshot " +
+         Ms(st.snapshot_seconds) + " of " + std::to_string(st.snapshot_bytes) + " bytes)\n";
+}
+
+Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
+  if (!saver_ || !saver_->in_flight()) return std::string();
+  CKPT_ASSIGN_OR_RETURN(SaveStats st, saver_->Wait());
+  return Joined(st, iteration_now);
+}
+
+Result<json> TrainSaver::Report(const ShardedStateDict& sd, Millis timeout) {
+  json out = {{"saves", rows_}};
+  if (!saver_) return out;
+  // Every rank's blocking seconds per save; rank 0 reports the worst rank's too.
+  json mine = json::array();
+  for (const json& r : rows_) mine.push_back(r.value("blocking_seconds", 0.0));
+  CKPT_ASSIGN_OR_RETURN(auto all, job_->AllGather(mine.dump(), timeout, "train report"));
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    double worst = 0;
+    for (const std::string& s : all) worst = std::max(worst, json::parse(s).at(i).get<double>());
+    out["saves"][i]["blocking_seconds_max_over_ranks"] = worst;
+  }
+  const MemcpyBaseline b = MeasureMemcpy(sd);
+  out["memcpy_baseline"] = {{"bytes", b.bytes}, {"cold_seconds", b.cold}, {"warm_seconds", b.warm}};
+  out["async"] = {{"snapshot", saver_->options().snapshot}, {"delay_ms", flags_.delay_ms},
+                  {"dedicated_comm", true}, {"mpi_thread_multiple", true}};
+  return out;
+}
+
+}  // namespace ckpt::cli

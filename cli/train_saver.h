@@ -1,0 +1,91 @@
+// TrainSaver: how `ckpt train` saves - synchronously (SaveCheckpoint on the
+// job's communicator, training waits for the commit) or, with --async-save,
+// through an AsyncSaver (ckpt/async_save.h) on a dedicated communicator, so
+// training continues right after the snapshot copy.
+//
+// Async contract:
+//  - needs MPI_THREAD_MULTIPLE: the background thread runs the save's
+//    collectives (plan, vote, commit) on its own MpiComm duplicate while the
+//    training thread runs its all-reduces; Create fails clearly otherwise;
+//  - at most one save in flight: Save() of the next iteration first joins the
+//    previous one (its wait is reported as wait_previous_seconds);
+//  - Finish() joins the save in flight; the job calls it before it exits and
+//    before --kill-after-save kills it, so no acknowledged save is lost;
+//  - a background failure is returned by the next Save() or by Finish().
+// Controls and test hooks (never defaults): AsyncSaveOptions::snapshot =
+// false (--async-no-snapshot, the negative control: the background save reads
+// the live training buffers) and delay_before_save (--async-delay-ms).
+// Faults: with a fault plan (--faults, faults/fault_spec.h) every save goes
+// through one FaultEnv + step hook for the whole job, so "nth" counts over
+// saves (nth=2 of step.shard_write: the second save).
+//
+// Per async save the row has: wait_previous_seconds + snapshot_seconds =
+// blocking_seconds (the training thread's stall), snapshot_bytes,
+// background_seconds (the whole background save, delay included),
+// save_seconds (SaveCheckpoint alone), steps_before_read (training steps that
+// ended before the background save began reading) and steps_until_join.
+// Report(): the saves as JSON rows (rank 0's numbers, plus the worst rank's
+// blocking time, gathered over the job) and, for async, a memcpy baseline of
+// the same bytes measured in this process. Collective: every rank calls it.
+// Thread-safety: one thread (the training thread) calls every method.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/async_save.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/comm_mpi.h"
+#include "faults/fault_env.h"
+
+namespace ckpt::cli {
+
+struct TrainSaveFlags {
+  bool async = false;
+  bool no_snapshot = false;  // negative control (needs async)
+  int64_t delay_ms = 0;      // test hook (needs async)
+  std::string faults;        // fault plan text (faults/fault_spec.h), "" = none
+  std::string faults_log;    // event log of fired faults (one JSON line each)
+};
+
+class TrainSaver {
+ public:
+  // Collective over `job` (duplicates MPI_COMM_WORLD for an async saver).
+  static Result<std::unique_ptr<TrainSaver>> Create(const TrainSaveFlags& f, const MpiSession& session,
+                                                    MpiComm& job, const std::string& root);
+
+  // Saves `sd` (sync), or joins the previous async save and starts this one.
+  // `iteration_now` is the training iteration at this call (for steps_during_save).
+  // Returns one line for the log.
+  Result<std::string> Save(const ShardedStateDict& sd, SaveOptions o, int64_t iteration_now);
+  // Joins the async save in flight (no-op otherwise). Returns a log line ("" if nothing joined).
+  Result<std::string> Finish(int64_t iteration_now);
+  // The training thread finished a step: with a save in flight, its time is
+  // kept, so a join can tell how many steps overwrote the training buffers
+  // before the background save began reading (steps_before_read).
+  void OnStep();
+  // Collective. `sd` is the state (for the memcpy baseline).
+  Result<nlohmann::json> Report(const ShardedStateDict& sd, Millis timeout);
+
+  bool async() const { return saver_ != nullptr; }
+
+ private:
+  TrainSaver(TrainSaveFlags f, MpiComm* job) : flags_(std::move(f)), job_(job) {}
+  std::string Joined(const SaveStats& st, int64_t iteration_now);
+
+  TrainSaveFlags flags_;
+  MpiComm* job_;
+  std::unique_ptr<MpiComm> save_comm_;  // async: the saver's own communicator
+  std::unique_ptr<AsyncSaver> saver_;
+  std::unique_ptr<faults::FaultEnv> fenv_;
+  nlohmann::json rows_ = nlohmann::json::array();
+  int64_t pending_row_ = -1;  // async: row of the save in flight
+  int64_t started_at_ = 0;    // iteration when it started
+  std::vector<std::chrono::steady_clock::time_point> steps_;  // step ends since it started
+};
+
+}  // namespace ckpt::cli
