@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <thread>
 
 namespace ckpt {
@@ -10,10 +11,31 @@ using Clock = std::chrono::steady_clock;
 
 static double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-AsyncSaver::AsyncSaver(Comm* comm, AsyncSaveOptions opts) : comm_(comm), opts_(opts) {}
+SnapshotMemory* HostSnapshotMemory() {
+  class Host final : public SnapshotMemory {
+   public:
+    std::string_view name() const override { return "host"; }
+    Result<std::byte*> Allocate(size_t bytes) override {
+      auto* p = new (std::nothrow) std::byte[bytes == 0 ? 1 : bytes];
+      if (!p) return Status::NoSpace("snapshot: out of host memory allocating " + std::to_string(bytes) + " bytes");
+      return p;
+    }
+    void Free(std::byte* p, size_t) override { delete[] p; }
+    Status CopyAll(std::span<const SnapshotCopy> copies) override {
+      for (const SnapshotCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+      return Status::Ok();
+    }
+  };
+  static Host* host = new Host;  // stateless; never destroyed (outlives every saver)
+  return host;
+}
+
+AsyncSaver::AsyncSaver(Comm* comm, AsyncSaveOptions opts)
+    : comm_(comm), opts_(opts), memory_(opts.memory ? opts.memory : HostSnapshotMemory()) {}
 
 AsyncSaver::~AsyncSaver() {
   if (pending_.valid()) pending_.wait();
+  for (Buffer& b : buffers_) memory_->Free(b.data, b.bytes);
 }
 
 Status AsyncSaver::Snapshot(const ShardedStateDict& state) {
@@ -21,14 +43,24 @@ Status AsyncSaver::Snapshot(const ShardedStateDict& state) {
   if (!opts_.snapshot) {  // negative control: the live buffers themselves
     for (const TensorEntry& t : state.tensors()) snapshot_.AddTensor(t.meta, t.data);
   } else {
+    // Buffers are kept across saves and reallocated only when a size changes.
+    for (size_t i = state.tensors().size(); i < buffers_.size(); ++i) memory_->Free(buffers_[i].data, buffers_[i].bytes);
     buffers_.resize(state.tensors().size());
-    for (size_t i = 0; i < state.tensors().size(); ++i) {
+    std::vector<SnapshotCopy> copies;
+    copies.reserve(buffers_.size());
+    for (size_t i = 0; i < buffers_.size(); ++i) {
       const TensorEntry& t = state.tensors()[i];
-      auto& buf = buffers_[i];
-      if (buf.size() != t.data.size()) buf.resize(t.data.size());  // keeps capacity when shapes repeat
-      std::memcpy(buf.data(), t.data.data(), t.data.size());
-      snapshot_.AddTensor(t.meta, std::span<std::byte>(buf));
+      Buffer& b = buffers_[i];
+      if (b.bytes != t.data.size() || !b.data) {
+        memory_->Free(b.data, b.bytes);
+        b = Buffer{};
+        CKPT_ASSIGN_OR_RETURN(b.data, memory_->Allocate(t.data.size()));
+        b.bytes = t.data.size();
+      }
+      copies.push_back({b.data, t.data.data(), t.data.size()});
+      snapshot_.AddTensor(t.meta, std::span<std::byte>(b.data, b.bytes));
     }
+    CKPT_RETURN_IF_ERROR(memory_->CopyAll(copies).WithContext("snapshot (" + std::string(memory_->name()) + " memory)"));
   }
   for (const ObjectEntry& o : state.objects()) snapshot_.AddObject(o.meta, o.bytes);
   return snapshot_.Validate();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/snapshot_memory.h"
 
 namespace ckpt {
 
@@ -40,6 +41,10 @@ struct AsyncSaveOptions {
   // "training overwrites the buffers first" or "the next save arrives while
   // this one is in flight" deterministic instead of a matter of luck.
   Millis delay_before_save{0};
+  // Where the snapshot lives and how it is copied (ckpt/snapshot_memory.h);
+  // nullptr = HostSnapshotMemory(). Pinned memory (ckpt/gpu/gpu.h) also takes
+  // device-memory tensors. Not owned; must outlive the saver.
+  SnapshotMemory* memory = nullptr;
 };
 
 struct AsyncStartStats {
@@ -80,9 +85,15 @@ class AsyncSaver {
  private:
   Status Snapshot(const ShardedStateDict& state);
 
+  struct Buffer {
+    std::byte* data = nullptr;
+    size_t bytes = 0;
+  };
+
   Comm* comm_;
   AsyncSaveOptions opts_;
-  std::vector<std::vector<std::byte>> buffers_;  // reused across saves
+  SnapshotMemory* memory_;
+  std::vector<Buffer> buffers_;  // from memory_, reused across saves
   ShardedStateDict snapshot_;
   std::future<Result<SaveStats>> pending_;
   // Written by the background thread, read only after the join (the

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/gpu/gpu.h"
 #include "cli/commands.h"
 #include "cli/gpt_job.h"
 #include "reshard/gpt_config_json.h"
@@ -17,7 +18,8 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 struct JobFlags {
-  std::string root, model, layout = "tp=1", compression = "none", optimizer, share_reads = "dp";
+  std::string root, model, layout = "tp=1", compression = "none", optimizer, share_reads = "dp",
+              share_transport = "mpi";
   int64_t iteration = -1;
   int64_t share_round_mb = 64;
   int64_t bucket_elems = -1;
@@ -52,11 +54,23 @@ int FailLoad(GptJob& j, const Status& st, Millis timeout) {
 // with the same TP and PP coordinates (the DP x CP group of MCore's fully
 // parallel load), "job" = every rank, "none" = each rank reads what it needs.
 // Collective over the job (MPI_Comm_split) for dp.
-Result<std::unique_ptr<MpiComm>> ShareComm(GptJob& j, const std::string& mode) {
-  if (mode == "none") return std::unique_ptr<MpiComm>();
-  if (mode == "job") return j.comm->Split(0, j.rank());
-  if (mode == "dp") return j.comm->Split(j.coords.tp + j.layout.tp * j.coords.pp, j.rank());
-  return Status::InvalidArgument("--share-reads must be none, dp or job, not '" + mode + "'");
+// `transport` mpi keeps the bytes on MPI; nccl moves them over NCCL (the GPU
+// path, ckpt/gpu/gpu.h), the control messages staying on MPI.
+Result<std::unique_ptr<Comm>> ShareComm(GptJob& j, const std::string& mode, const std::string& transport,
+                                        Millis timeout) {
+  if (transport != "mpi" && transport != "nccl")
+    return Status::InvalidArgument("--share-transport must be mpi or nccl, not '" + transport + "'");
+  std::unique_ptr<MpiComm> group;
+  if (mode == "none") return std::unique_ptr<Comm>();
+  if (mode == "job") {
+    CKPT_ASSIGN_OR_RETURN(group, j.comm->Split(0, j.rank()));
+  } else if (mode == "dp") {
+    CKPT_ASSIGN_OR_RETURN(group, j.comm->Split(j.coords.tp + j.layout.tp * j.coords.pp, j.rank()));
+  } else {
+    return Status::InvalidArgument("--share-reads must be none, dp or job, not '" + mode + "'");
+  }
+  if (transport == "nccl") return gpu::MakeNcclComm(std::move(group), timeout);
+  return std::unique_ptr<Comm>(std::move(group));
 }
 
 double Secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -164,7 +178,7 @@ int RunLoad(const JobFlags& f) {
   o.comm = j.comm.get();
   o.timeout = Millis(f.timeout_ms);
   o.fallback = f.fallback;
-  auto share = ShareComm(j, f.share_reads);
+  auto share = ShareComm(j, f.share_reads, f.share_transport, o.timeout);
   if (!share.ok()) return Fail("load", j.rank(), share.status());
   o.share_comm = share->get();
   o.share_round_bytes = f.share_round_mb << 20;
@@ -225,7 +239,7 @@ int RunLoad(const JobFlags& f) {
   json out = {{"op", "load"},       {"iteration", r->iteration}, {"layout", j.layout.ToString()},
               {"saved_layout", from}, {"ranks", j.comm->size()}, {"bytes", bytes},
               {"seconds", secs},    {"mb_per_s", bytes / 1e6 / secs}, {"elements_checked", f.no_check ? 0 : elements},
-              {"share_reads", f.share_reads}, {"bytes_received", received}, {"max_rank_bytes", max_rank_bytes},
+              {"share_reads", f.share_reads}, {"share_transport", f.share_transport}, {"bytes_received", received}, {"max_rank_bytes", max_rank_bytes},
               {"share_rounds", rounds},
               {"delivered_mb_per_s", (bytes + received) / 1e6 / secs},
               {"mismatches", bad},  {"first_mismatch", where},
@@ -284,6 +298,8 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
                   "ranks needing the same chunk read it once and send it: dp (default: ranks with the same "
                   "TP/PP coordinates), job (all ranks) or none");
   cmd->add_option("--share-round-mb", f->share_round_mb, "read sharing: MB a rank sends per exchange round");
+  cmd->add_option("--share-transport", f->share_transport,
+                  "read sharing: mpi (default) or nccl (the GPU path: chunk bytes over NCCL, one GPU per rank)");
   f->optimizer = "auto";
   cmd->add_option("--optimizer", f->optimizer,
                   "optimizer state to load: auto (as saved), none, model or bucket");

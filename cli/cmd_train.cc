@@ -238,6 +238,8 @@ void RegisterTrain(CLI::App& app, int* exit_code) {
                 "NEGATIVE CONTROL (never for real saves): the background save reads the live training buffers");
   cmd->add_option("--async-delay-ms", f->save.delay_ms,
                   "TEST HOOK: the background save sleeps this long before it reads or writes anything");
+  cmd->add_option("--snapshot-memory", f->save.snapshot_memory,
+                  "with --async-save: host (default) or pinned (cudaHostAlloc; the GPU path)");
   cmd->add_option("--faults", f->save.faults,
                   "fault plan for the saves (faults/fault_spec.h; one FaultEnv for the job: nth counts over saves)");
   cmd->add_option("--faults-log", f->save.faults_log, "append one JSON line per fired fault to this file");

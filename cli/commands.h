@@ -23,5 +23,6 @@ void RegisterTrain(CLI::App& app, int* exit_code);
 void RegisterFingerprint(CLI::App& app, int* exit_code);
 void RegisterDiff(CLI::App& app, int* exit_code);
 void RegisterScenario(CLI::App& app, int* exit_code);
+void RegisterGpu(CLI::App& app, int* exit_code);
 
 }  // namespace ckpt::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   ckpt::cli::RegisterFingerprint(app, &exit_code);
   ckpt::cli::RegisterDiff(app, &exit_code);
   ckpt::cli::RegisterScenario(app, &exit_code);
+  ckpt::cli::RegisterGpu(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ckpt/gpu/gpu.h"
 #include "faults/fault_spec.h"
 
 namespace ckpt::cli {
@@ -58,6 +59,9 @@ Result<std::unique_ptr<TrainSaver>> TrainSaver::Create(const TrainSaveFlags& f, 
   if (!f.async && (f.no_snapshot || f.delay_ms > 0))
     return Status::InvalidArgument("--async-no-snapshot and --async-delay-ms need --async-save");
   if (f.delay_ms < 0) return Status::InvalidArgument("--async-delay-ms must be >= 0");
+  if (f.snapshot_memory != "host" && f.snapshot_memory != "pinned")
+    return Status::InvalidArgument("--snapshot-memory must be host or pinned, not '" + f.snapshot_memory + "'");
+  if (!f.async && f.snapshot_memory != "host") return Status::InvalidArgument("--snapshot-memory needs --async-save");
   std::unique_ptr<TrainSaver> s(new TrainSaver(f, &job));
   if (!f.faults.empty()) {
     CKPT_ASSIGN_OR_RETURN(faults::FaultPlan plan, faults::ParseFaultPlan(f.faults));
@@ -79,6 +83,10 @@ Result<std::unique_ptr<TrainSaver>> TrainSaver::Create(const TrainSaveFlags& f, 
   AsyncSaveOptions ao;
   ao.snapshot = !f.no_snapshot;
   ao.delay_before_save = Millis(f.delay_ms);
+  if (f.snapshot_memory == "pinned") {
+    CKPT_ASSIGN_OR_RETURN(s->memory_, gpu::MakePinnedSnapshotMemory());
+    ao.memory = s->memory_.get();
+  }
   s->saver_ = std::make_unique<AsyncSaver>(s->save_comm_.get(), ao);
   return s;
 }
@@ -155,6 +163,7 @@ Result<json> TrainSaver::Report(const ShardedStateDict& sd, Millis timeout) {
   const MemcpyBaseline b = MeasureMemcpy(sd);
   out["memcpy_baseline"] = {{"bytes", b.bytes}, {"cold_seconds", b.cold}, {"warm_seconds", b.warm}};
   out["async"] = {{"snapshot", saver_->options().snapshot}, {"delay_ms", flags_.delay_ms},
+                  {"snapshot_memory", flags_.snapshot_memory},
                   {"dedicated_comm", true}, {"mpi_thread_multiple", true}};
   return out;
 }

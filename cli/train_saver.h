@@ -12,6 +12,8 @@
 //  - Finish() joins the save in flight; the job calls it before it exits and
 //    before --kill-after-save kills it, so no acknowledged save is lost;
 //  - a background failure is returned by the next Save() or by Finish().
+// Snapshot memory: host (heap) or pinned (cudaHostAlloc, the GPU path; fails
+// clearly without a GPU or in a build without CUDA).
 // Controls and test hooks (never defaults): AsyncSaveOptions::snapshot =
 // false (--async-no-snapshot, the negative control: the background save reads
 // the live training buffers) and delay_before_save (--async-delay-ms).
@@ -48,6 +50,7 @@ struct TrainSaveFlags {
   bool async = false;
   bool no_snapshot = false;  // negative control (needs async)
   int64_t delay_ms = 0;      // test hook (needs async)
+  std::string snapshot_memory = "host";  // host or pinned (the GPU path, ckpt/gpu/gpu.h)
   std::string faults;        // fault plan text (faults/fault_spec.h), "" = none
   std::string faults_log;    // event log of fired faults (one JSON line each)
 };
@@ -80,6 +83,7 @@ class TrainSaver {
   TrainSaveFlags flags_;
   MpiComm* job_;
   std::unique_ptr<MpiComm> save_comm_;  // async: the saver's own communicator
+  std::unique_ptr<SnapshotMemory> memory_;  // async with pinned memory (outlives saver_)
   std::unique_ptr<AsyncSaver> saver_;
   std::unique_ptr<faults::FaultEnv> fenv_;
   nlohmann::json rows_ = nlohmann::json::array();
