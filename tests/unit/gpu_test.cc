@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <vector>
 
 #include "ckpt/async_save.h"
 #include "ckpt/gpu/gpu.h"
@@ -50,17 +52,45 @@ TEST(GpuTest, WithoutADevicePinnedMemoryFailsNamingTheCause) {
 }
 
 #ifdef CKPT_HAVE_CUDA
+// Saves `sd` through an AsyncSaver on `mem`, calling `overwrite` (the
+// training step that changes the live buffers) between Start and Wait.
+Status SaveAsync(SnapshotMemory* mem, const ShardedStateDict& sd, const std::string& root,
+                 const std::function<void()>& overwrite) {
+  LocalComm comm;
+  AsyncSaveOptions ao;
+  ao.memory = mem;
+  AsyncSaver saver(&comm, ao);
+  SaveOptions so;
+  so.root = root;
+  so.iteration = 1;
+  CKPT_RETURN_IF_ERROR(saver.Start(sd, so).status());
+  overwrite();
+  return saver.Wait().status();
+}
+
+// Elements of `descs` loaded from `root` that differ from the pattern.
+int64_t ReloadMismatches(const std::string& root, const std::vector<ShardedTensor>& descs) {
+  OwnedState back;
+  for (const ShardedTensor& d : descs) back.Add(d, false);
+  LoadOptions lo;
+  lo.root = root;
+  Status st = LoadCheckpoint(back.dict(), lo).status();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return st.ok() ? back.CountMismatches() : -1;
+}
+
 // A GPU-resident state: the snapshot is the D2H copy into pinned memory, so
-// the checkpoint holds the values at Start although the device buffer is
-// cleared right after.
+// the checkpoint holds the values at Start although the device buffers are
+// overwritten right after.
 TEST(GpuTest, PinnedSnapshotOfDeviceTensorsSavesTheValuesAtStart) {
   if (gpu::QueryGpu().device_count == 0) GTEST_SKIP() << "needs a GPU";
   auto mem = gpu::MakePinnedSnapshotMemory();
   ASSERT_TRUE(mem.ok()) << mem.status().ToString();
   EXPECT_EQ((*mem)->name(), "pinned");
+  const std::vector<ShardedTensor> descs = {Desc("w", DType::kBFloat16, {1024, 256}, {0, 0}, {1024, 256}),
+                                            Desc("b", DType::kFloat32, {1024}, {0}, {1024})};
   OwnedState host;
-  host.Add(Desc("w", DType::kBFloat16, {1024, 256}, {0, 0}, {1024, 256}), true);
-  host.Add(Desc("b", DType::kFloat32, {1024}, {0}, {1024}), true);
+  for (const ShardedTensor& d : descs) host.Add(d, true);
   ShardedStateDict on_device;
   std::vector<void*> device_ptrs;
   for (const TensorEntry& t : host.dict().tensors()) {
@@ -71,27 +101,13 @@ TEST(GpuTest, PinnedSnapshotOfDeviceTensorsSavesTheValuesAtStart) {
     on_device.AddTensor(t.meta, std::span<std::byte>(static_cast<std::byte*>(d), t.data.size()));
   }
   const std::string root = testing::ScratchDir("gpu_pinned");
-  LocalComm comm;
-  AsyncSaveOptions ao;
-  ao.memory = mem->get();
-  AsyncSaver saver(&comm, ao);
-  SaveOptions so;
-  so.root = root;
-  so.iteration = 1;
-  auto started = saver.Start(on_device, so);
-  ASSERT_TRUE(started.ok()) << started.status().ToString();
-  for (size_t i = 0; i < device_ptrs.size(); ++i)  // "training" overwrites the device state
-    ASSERT_EQ(cudaMemset(device_ptrs[i], 0xff, on_device.tensors()[i].data.size()), cudaSuccess);
-  ASSERT_TRUE(saver.Wait().ok());
+  Status st = SaveAsync(mem->get(), on_device, root, [&] {
+    for (size_t i = 0; i < device_ptrs.size(); ++i)
+      EXPECT_EQ(cudaMemset(device_ptrs[i], 0xff, on_device.tensors()[i].data.size()), cudaSuccess);
+  });
   for (void* d : device_ptrs) cudaFree(d);
-
-  OwnedState back;
-  back.Add(Desc("w", DType::kBFloat16, {1024, 256}, {0, 0}, {1024, 256}), false);
-  back.Add(Desc("b", DType::kFloat32, {1024}, {0}, {1024}), false);
-  LoadOptions lo;
-  lo.root = root;
-  ASSERT_TRUE(LoadCheckpoint(back.dict(), lo).ok());
-  EXPECT_EQ(back.CountMismatches(), 0);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(ReloadMismatches(root, descs), 0);
 }
 
 // Host tensors through pinned memory: memcpy path, same contract.
@@ -99,25 +115,15 @@ TEST(GpuTest, PinnedSnapshotOfHostTensorsIsolatesTheBuffers) {
   if (gpu::QueryGpu().device_count == 0) GTEST_SKIP() << "needs a GPU";
   auto mem = gpu::MakePinnedSnapshotMemory();
   ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+  const std::vector<ShardedTensor> descs = {Desc("w", DType::kFloat32, {256, 64}, {0, 0}, {256, 64})};
   OwnedState s;
-  s.Add(Desc("w", DType::kFloat32, {256, 64}, {0, 0}, {256, 64}), true);
+  s.Add(descs[0], true);
   const std::string root = testing::ScratchDir("gpu_pinned_host");
-  LocalComm comm;
-  AsyncSaveOptions ao;
-  ao.memory = mem->get();
-  AsyncSaver saver(&comm, ao);
-  SaveOptions so;
-  so.root = root;
-  so.iteration = 1;
-  ASSERT_TRUE(saver.Start(s.dict(), so).ok());
-  std::memset(s.dict().tensors()[0].data.data(), 0, s.dict().tensors()[0].data.size());
-  ASSERT_TRUE(saver.Wait().ok());
-  OwnedState back;
-  back.Add(Desc("w", DType::kFloat32, {256, 64}, {0, 0}, {256, 64}), false);
-  LoadOptions lo;
-  lo.root = root;
-  ASSERT_TRUE(LoadCheckpoint(back.dict(), lo).ok());
-  EXPECT_EQ(back.CountMismatches(), 0);
+  Status st = SaveAsync(mem->get(), s.dict(), root, [&] {
+    std::memset(s.dict().tensors()[0].data.data(), 0, s.dict().tensors()[0].data.size());
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(ReloadMismatches(root, descs), 0);
 }
 #endif
 
