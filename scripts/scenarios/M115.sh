@@ -25,7 +25,9 @@ NEWROOT=$(dirname "$(ls -d "$W"/runs/*/*/root/iter_0000020 | head -n1)")
 cp -r "$NEWROOT" "$SCRATCH/empty_tracker"
 : >"$SCRATCH/empty_tracker/latest_checkpointed_iteration.txt"
 run_to et_load mpi tp=1 load --root "$SCRATCH/empty_tracker" --json
-run_to et_fallback mpi tp=1 load --root "$SCRATCH/empty_tracker" --fallback --json
+# --no-check: the campaign's oracle values (keyed by iteration) are not `ckpt
+# load`'s expected pattern; which iteration loads, hash-checked, is the point.
+run_to et_fallback mpi tp=1 load --root "$SCRATCH/empty_tracker" --fallback --no-check --json
 
 py <<'EOF'
 import glob
@@ -66,12 +68,9 @@ checks = [
     ("the traced IO sequence is stable (replay is meaningful)", rep["trace_stable"]),
     ("empty tracker: plain load fails loudly (non-zero exit, names the tracker)",
      RC("et_load") != 0 and "tracker" in TXT("et_load")),
+    ("empty tracker + --fallback: the newest committed iteration (20) loads, hashes checked",
+     RC("et_fallback") == 0 and etf.get("iteration") == 20),
 ]
-et_gap = None
-if not (etf.get("iteration") == 20 and etf.get("mismatches") == 0):
-    why = re.search(r"ckpt load: rank (-?\d+): ([^\n]*)", TXT("et_fallback"))
-    et_gap = (f"空 tracker 时 load --fallback 没有回到最新的已提交 iteration（rc={RC('et_fallback')}，rank {why.group(1) if why else '?'}："
-              f"{why.group(2)[:120] if why else '?'}）：CLI 在进入加载器的回退逻辑之前就按 tracker 读 manifest（cli/cmd_job.cc RunLoad 的 ResolveModel/ReadManifest）")
 emit("多 rank 原子提交：任意时刻崩溃只见旧或新",
      f"faults run: {rep['layout']} ({rep['world']} ranks), tiny, save 10 → 20, {'+'.join(v)} at every IO boundary of every rank, recovery at {rep['recover_layout']}",
      n, checks,
@@ -79,7 +78,6 @@ emit("多 rank 原子提交：任意时刻崩溃只见旧或新",
      "在任何一个 IO 边界崩溃，恢复到的都是旧或新且逐位一致；空 tracker 报错（非零退出码）而不是像 MCore 那样以状态 0 退出",
      "崩溃后磁盘上实际留下的 iteration 20（若像 MCore 那样原地写 iter_N/，它们就是可见的残缺检查点）",
      nc, partial > 0,
-     gaps=[et_gap],
      headline="{world} rank、{boundaries} 个边界、{runs} 次崩溃：旧 {old} / 新 {new} / 撕裂 {torn} / 丢失已确认 {lost} / 挂起 {hang}；"
               "空 tracker 直接 load rc={empty_tracker_rc}，--fallback rc={empty_tracker_fallback_rc} → iter {empty_tracker_fallback_iter}",
      nc_headline="{nc.crash_runs} 次崩溃中 {nc.partial_iter20_dirs} 次留下不完整的 iteration 20（{nc.partial_files} 个残缺/缺失文件，中位数只写了 {nc.median_bytes_fraction} 的字节）")
