@@ -60,6 +60,9 @@ for peer, mine in (("torch.save", "ckpt save raw"), ("torch.load", "ckpt load ra
 if "async" in by:
     a = by["async"]
     print(f"| async save blocking {a['blocking_s']*1e3:.1f} ms vs memcpy {a['memcpy_s']*1e3:.1f} ms of {a['rank_bytes']/1e6:.0f} MB | | {a['blocking_over_memcpy']:.2f} | memcpy of the rank's state | <= 1.2x | {'yes' if a['blocking_over_memcpy'] <= 1.2 else 'NO'} |")
+    if "memcpy_after_s" in a:
+        print(f"| async save blocking vs memcpy after the saves ({a['memcpy_after_s']*1e3:.1f} ms) | | "
+              f"{a['blocking_s'] / a['memcpy_after_s']:.2f} | memcpy, page cache holding the saved files | | |")
     print(f"| async: blocking / total save time | | {a['blocking_over_total']:.3f} | total {a['total_s']:.2f} s | | |")
     print(f"| async first save (allocates snapshot buffers) | | | blocking {a['first_run']['blocking_s']:.2f} s | | |")
 if "ckpt save zstd" in by and "ckpt save raw" in by:

@@ -2,7 +2,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
 #include <new>
+
+#include <sys/mman.h>
 #include <thread>
 
 namespace ckpt {
@@ -15,12 +18,18 @@ SnapshotMemory* HostSnapshotMemory() {
   class Host final : public SnapshotMemory {
    public:
     std::string_view name() const override { return "host"; }
+    // Buffers of 2 MiB and more are 2 MiB aligned and advised as huge pages
+    // (THP in madvise mode): fewer TLB misses in the snapshot copy, which is
+    // all the training thread waits for.
     Result<std::byte*> Allocate(size_t bytes) override {
-      auto* p = new (std::nothrow) std::byte[bytes == 0 ? 1 : bytes];
-      if (!p) return Status::NoSpace("snapshot: out of host memory allocating " + std::to_string(bytes) + " bytes");
-      return p;
+      constexpr size_t kHuge = size_t(2) << 20;
+      void* p = nullptr;
+      if (posix_memalign(&p, bytes >= kHuge ? kHuge : alignof(std::max_align_t), bytes == 0 ? 1 : bytes) != 0)
+        return Status::NoSpace("snapshot: out of host memory allocating " + std::to_string(bytes) + " bytes");
+      if (bytes >= kHuge) madvise(p, bytes, MADV_HUGEPAGE);  // advisory: a kernel without THP ignores it
+      return static_cast<std::byte*>(p);
     }
-    void Free(std::byte* p, size_t) override { delete[] p; }
+    void Free(std::byte* p, size_t) override { std::free(p); }
     Status CopyAll(std::span<const SnapshotCopy> copies) override {
       for (const SnapshotCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
       return Status::Ok();
