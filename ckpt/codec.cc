@@ -14,6 +14,9 @@
 // returned vector.
 #include "ckpt/codec.h"
 
+// ZSTD_c_literalCompressionMode is in the experimental section (stable since 1.4.x;
+// Debian 12 ships 1.5.4): a parameter id passed to ZSTD_CCtx_setParameter.
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 #include <cstring>
@@ -147,19 +150,25 @@ Result<ZSTD_CCtx*> ThreadCCtx(const CodecOptions& opts) {
   thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> ctx(ZSTD_createCCtx());
   thread_local bool configured = false;
   thread_local int level = 0, hash_log = 0;
+  thread_local bool huffman = false;
   if (!ctx) return Status::Internal("zstd: cannot allocate a compression context");
-  if (configured && level == opts.zstd_level && hash_log == opts.zstd_hash_log) return ctx.get();
+  if (configured && level == opts.zstd_level && hash_log == opts.zstd_hash_log &&
+      huffman == opts.zstd_huffman_literals)
+    return ctx.get();
   configured = false;
   ZSTD_CCtx_reset(ctx.get(), ZSTD_reset_session_and_parameters);
   size_t r = ZSTD_CCtx_setParameter(ctx.get(), ZSTD_c_compressionLevel, opts.zstd_level);
   if (!ZSTD_isError(r) && opts.zstd_hash_log != 0)
     r = ZSTD_CCtx_setParameter(ctx.get(), ZSTD_c_hashLog, opts.zstd_hash_log);
+  if (!ZSTD_isError(r) && opts.zstd_huffman_literals)
+    r = ZSTD_CCtx_setParameter(ctx.get(), ZSTD_c_literalCompressionMode, ZSTD_ps_enable);
   if (ZSTD_isError(r))
     return Status::InvalidArgument("zstd rejects level " + std::to_string(opts.zstd_level) + " / hash log " +
                                    std::to_string(opts.zstd_hash_log) + ": " + ZSTD_getErrorName(r));
   configured = true;
   level = opts.zstd_level;
   hash_log = opts.zstd_hash_log;
+  huffman = opts.zstd_huffman_literals;
   return ctx.get();
 }
 

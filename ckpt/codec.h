@@ -37,14 +37,21 @@ inline constexpr unsigned kShuffleFilterId = 2;
 // matches are rare and short and Huffman-coded literals carry the ratio; a
 // tiny table finds the long runs (zeros) and stops wasting time on the rest.
 inline constexpr int kZstdWeightsHashLog = 6;
+// For the same reason the fast strategy (negative level: zstd's acceleration
+// skips ahead between match attempts) with Huffman-coded literals forced on
+// (fast levels store literals raw otherwise) keeps the ratio and encodes
+// faster (DESIGN.md "Chunk codec performance").
+inline constexpr int kZstdWeightsLevel = -50;
 
 struct CodecOptions {
   Compression compression = Compression::kNone;
   bool shuffle = true;  // only with zstd
   // zstd level, also recorded as the filter's cd_values[0] (readers ignore it).
-  int zstd_level = 1;
+  int zstd_level = kZstdWeightsLevel;
   // ZSTD_c_hashLog (6..30); 0 keeps zstd's own value for the level.
   int zstd_hash_log = kZstdWeightsHashLog;
+  // ZSTD_c_literalCompressionMode = Huffman (true) or zstd's choice for the level.
+  bool zstd_huffman_literals = true;
 };
 
 // kInvalidArgument unless zstd accepts the level and hash log (no-op for kNone).

@@ -98,7 +98,7 @@ void RegisterFingerprint(CLI::App& app, int* exit_code) {
   auto no_verify = std::make_shared<bool>(false);
   auto block_kb = std::make_shared<int64_t>(4096);
   cmd->add_option("root", *root, "checkpoint root directory")->required();
-  cmd->add_option("--iter", opts->iteration, "iteration (default: the tracker's)");
+  cmd->add_option("--iter", opts->iteration, "iteration (default: the latest: the newest committed one at or above the tracker's)");
   cmd->add_flag("--per-tensor", *per_tensor, "list every tensor's and object's digest");
   cmd->add_flag("--json", *json_out, "machine-readable output");
   cmd->add_flag("--no-verify", *no_verify, "skip the chunk hash checks");

@@ -81,7 +81,7 @@ void RegisterInspect(CLI::App& app, int* exit_code) {
   auto iter = std::make_shared<int64_t>(-1);
   auto json = std::make_shared<bool>(false);
   cmd->add_option("root", *root, "checkpoint root directory")->required();
-  cmd->add_option("--iter", *iter, "iteration (default: the tracker's)");
+  cmd->add_option("--iter", *iter, "iteration (default: the latest: the newest committed one at or above the tracker's)");
   cmd->add_flag("--json", *json, "machine-readable output");
   cmd->callback([=]() {
     auto m = ReadManifest(DefaultEnv(), *root, *iter);

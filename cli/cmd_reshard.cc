@@ -283,7 +283,7 @@ void RegisterReshard(CLI::App& app, int* exit_code) {
   cmd->add_option("src", f->src, "source checkpoint root")->required();
   cmd->add_option("dst", f->dst, "destination checkpoint root")->required();
   cmd->add_option("--to", f->to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
-  cmd->add_option("--iter", f->iteration, "source iteration (default: the tracker's)");
+  cmd->add_option("--iter", f->iteration, "source iteration (default: the latest: the newest committed one at or above the tracker's)");
   cmd->add_option("--compress", f->compression, "none or zstd");
   cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
   cmd->add_flag("--json", f->json, "machine-readable output");
@@ -295,7 +295,7 @@ void RegisterPlan(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<PlanFlags>();
   cmd->add_option("root", f->root, "checkpoint root (or use --simulate)");
   cmd->add_option("--to", f->to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
-  cmd->add_option("--iter", f->iteration, "iteration (default: the tracker's)");
+  cmd->add_option("--iter", f->iteration, "iteration (default: the latest: the newest committed one at or above the tracker's)");
   cmd->add_option("--simulate", f->simulate, "plan a checkpoint of this GPT preset that was never written (e.g. llama70b)");
   cmd->add_option("--from", f->from, "with --simulate: the layout it was saved with");
   cmd->add_option("--chunk-kb", f->chunk_kb, "with --simulate: chunk size of the simulated files");

@@ -15,7 +15,7 @@ void RegisterVerify(CLI::App& app, int* exit_code) {
   auto json = std::make_shared<bool>(false);
   auto all = std::make_shared<bool>(false);
   cmd->add_option("root", *root, "checkpoint root directory")->required();
-  cmd->add_option("--iter", opts->iteration, "iteration (default: the tracker's)");
+  cmd->add_option("--iter", opts->iteration, "iteration (default: the latest: the newest committed one at or above the tracker's)");
   cmd->add_flag("--all", *all, "report every problem, not only the first");
   cmd->add_flag("--json", *json, "machine-readable output");
   cmd->callback([=]() {

@@ -177,8 +177,9 @@ TEST(CodecTest, DefaultTuningIsAStandardFrameTheFilterDecodes) {
   }
   CodecOptions opts;
   opts.compression = Compression::kZstd;
-  EXPECT_EQ(opts.zstd_level, 1);
+  EXPECT_EQ(opts.zstd_level, kZstdWeightsLevel);
   EXPECT_EQ(opts.zstd_hash_log, kZstdWeightsHashLog);
+  EXPECT_TRUE(opts.zstd_huffman_literals);
   Result<std::vector<std::byte>> enc = EncodeChunk(raw, 2, opts);
   ASSERT_TRUE(enc.ok()) << enc.status().ToString();
   EXPECT_GE(double(n) / double(enc->size()), 1.45);
@@ -191,8 +192,10 @@ TEST(CodecTest, DefaultTuningIsAStandardFrameTheFilterDecodes) {
   std::vector<std::byte> expect = ReferenceShuffle(raw, 2);
   EXPECT_EQ(std::memcmp(buf, expect.data(), n), 0);
   std::free(buf);
-  // zstd's own level-1 parameters (the previous default) give another frame of the same bytes.
+  // zstd's own level-1 parameters (an earlier default) give another frame of the same bytes.
+  opts.zstd_level = 1;
   opts.zstd_hash_log = 0;
+  opts.zstd_huffman_literals = false;
   Result<std::vector<std::byte>> plain = EncodeChunk(raw, 2, opts);
   ASSERT_TRUE(plain.ok());
   std::vector<std::byte> back(n);
@@ -208,7 +211,9 @@ TEST(CodecTest, SwitchingOptionsOnOneThreadGivesTheSameFrames) {
   const std::vector<CodecOptions> all = {{Compression::kZstd, true, 1},
                                          {Compression::kZstd, true, 1, 0},
                                          {Compression::kZstd, true, 3, 12},
-                                         {Compression::kZstd, false, -5, 6}};
+                                         {Compression::kZstd, false, -5, 6},
+                                         {Compression::kZstd, true, -50, 6, true},
+                                         {Compression::kZstd, true, -50, 6, false}};
   std::vector<std::vector<std::byte>> first;
   for (const auto& o : all) first.push_back(*EncodeChunk(raw, 2, o));
   for (int round = 0; round < 2; ++round)
@@ -216,6 +221,7 @@ TEST(CodecTest, SwitchingOptionsOnOneThreadGivesTheSameFrames) {
   std::thread other([&] { EXPECT_EQ(*EncodeChunk(raw, 2, all[2]), first[2]); });
   other.join();
   EXPECT_NE(first[0], first[1]);  // hashLog 6 really is in effect
+  EXPECT_LT(first[4].size(), first[5].size());  // Huffman literals really are in effect at level -50
 }
 
 TEST(CodecTest, BadLevelOrHashLogIsInvalidArgument) {

@@ -36,11 +36,14 @@ SaveOptions GoldenOptions(const std::string& root, Compression c) {
   o.iteration = c == Compression::kNone ? 1 : 2;
   o.write.codec.compression = c;
   o.write.chunk_bytes = 512;
-  // The v1 files were encoded with zstd's own level-1 parameters. The zstd
+  // The v1 files were encoded with zstd's own level-1 parameters (its own
+  // literal mode). The zstd
   // parameters are encoder tuning, not format (any setting is a standard frame,
   // GoldenCheckpointsLoadAndVerify and h5py_compat_test read them), but they
   // change the stored bytes and hence the chunk hashes in the manifest.
+  o.write.codec.zstd_level = 1;
   o.write.codec.zstd_hash_log = 0;
+  o.write.codec.zstd_huffman_literals = false;
   o.layout = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"world", 1}};
   o.metadata = {{"purpose", "golden"}};
   return o;
