@@ -1,11 +1,11 @@
 #include "ckpt/async_save.h"
 
-#include <chrono>
-#include <cstring>
-#include <cstdlib>
-#include <new>
-
 #include <sys/mman.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <thread>
 
 namespace ckpt {
@@ -84,7 +84,6 @@ Result<AsyncStartStats> AsyncSaver::Start(const ShardedStateDict& state, SaveOpt
     if (!previous.ok()) return previous.status().WithContext("previous async save");
     stats.joined_previous = true;
     stats.previous = *std::move(previous);
-    stats.previous_background_seconds = last_background_seconds_;
   }
   t0 = Clock::now();
   CKPT_RETURN_IF_ERROR(Snapshot(state));

@@ -53,10 +53,9 @@ struct AsyncStartStats {
   int64_t snapshot_bytes = 0;        // bytes copied (0 with snapshot = false)
   double blocking_seconds() const { return wait_previous_seconds + snapshot_seconds; }
   // Set when this Start joined a previous save (which then succeeded): that
-  // save's stats and its background seconds (see last_background_seconds).
+  // save's stats (its background time: last_background_seconds()).
   bool joined_previous = false;
   SaveStats previous;
-  double previous_background_seconds = 0;
 };
 
 class AsyncSaver {
