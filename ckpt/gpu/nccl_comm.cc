@@ -23,6 +23,17 @@ uint64_t DecodeSize(const std::string& s) {
   return n;
 }
 
+// For Poll: done once the communicator's pending operation (init, group
+// enqueue) has settled; settled with an error is false here, and Poll then
+// reports that error from ncclCommGetAsyncError.
+auto NcclSettled(ncclComm_t comm) {
+  return [comm]() -> Result<bool> {
+    ncclResult_t s = ncclSuccess;
+    ncclCommGetAsyncError(comm, &s);
+    return s == ncclSuccess;
+  };
+}
+
 // A device buffer that only grows.
 struct DeviceBuffer {
   std::byte* data = nullptr;
@@ -147,6 +158,9 @@ Result<std::vector<std::string>> NcclComm::AllToAll(std::vector<std::string> out
     Abort();
     return st;
   }
+  // A non-blocking communicator may still be enqueueing the group when
+  // ncclGroupEnd returns (ncclInProgress): the stream is only meaningful after.
+  CKPT_RETURN_IF_ERROR(Poll(NcclSettled(comm_), deadline, timeout, "enqueueing ncclSend/ncclRecv", phase));
   auto stream_done = [&]() -> Result<bool> {
     const cudaError_t q = cudaStreamQuery(stream_);
     if (q == cudaErrorNotReady) return false;
@@ -201,12 +215,8 @@ Result<std::unique_ptr<Comm>> MakeNcclComm(std::unique_ptr<MpiComm> control, Mil
     return NcclStatus(r, who + ": ncclCommInitRankConfig", comm);
   }
   auto nccl = std::make_unique<NcclComm>(std::move(control), comm, stream);
-  auto init_done = [&]() -> Result<bool> {
-    ncclResult_t s = ncclSuccess;
-    ncclCommGetAsyncError(comm, &s);
-    return s != ncclInProgress;  // errors are reported by Poll
-  };
-  CKPT_RETURN_IF_ERROR(nccl->Poll(init_done, Clock::now() + timeout, timeout, "ncclCommInitRankConfig", "nccl_init"));
+  CKPT_RETURN_IF_ERROR(
+      nccl->Poll(NcclSettled(comm), Clock::now() + timeout, timeout, "ncclCommInitRankConfig", "nccl_init"));
   return std::unique_ptr<Comm>(std::move(nccl));
 }
 
