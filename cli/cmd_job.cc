@@ -69,7 +69,8 @@ Result<std::unique_ptr<Comm>> ShareComm(GptJob& j, const std::string& mode, cons
   } else {
     return Status::InvalidArgument("--share-reads must be none, dp or job, not '" + mode + "'");
   }
-  if (transport == "nccl") return gpu::MakeNcclComm(std::move(group), timeout);
+  // A group of one shares nothing (LoadOptions::share_comm): no device needed.
+  if (transport == "nccl" && group->size() > 1) return gpu::MakeNcclComm(std::move(group), timeout);
   return std::unique_ptr<Comm>(std::move(group));
 }
 
