@@ -234,6 +234,8 @@ int RunLoad(const JobFlags& f) {
     per_rank.push_back({{"rss_before", a["rss_before"]}, {"peak", a["peak"]}, {"extra", a["extra"]},
                         {"state", a["state"]}});
   }
+  // The iteration loaded may not be the one asked for (--fallback, an empty tracker).
+  if (!saved.ok() || saved->iteration != r->iteration) saved = ReadManifest(DefaultEnv(), f.root, r->iteration);
   const int64_t chunk = saved.ok() ? LargestChunk(*saved) : -1;
   std::string from = saved.ok() ? saved->layout.dump() : "?";
   const std::string opt_name = spec->format ? std::string(reshard::OptimizerFormatName(*spec->format)) : "none";
