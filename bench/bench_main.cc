@@ -71,20 +71,7 @@ int Async(const std::string& model_name, const std::string& layout, const std::s
   // median of 5), every rank at once after a barrier - as the snapshots run,
   // so both share the machine's memory bandwidth the same way.
   std::vector<std::byte> copy(size_t(sd.TotalBytes()));
-  auto measure_memcpy = [&]() -> Result<double> {
-    std::vector<double> runs;
-    for (int rep = 0; rep < 5; ++rep) {
-      CKPT_RETURN_IF_ERROR((*comm)->Barrier(Millis(60000), "memcpy"));
-      auto t0 = Clock::now();
-      size_t off = 0;
-      for (const auto& t : sd.tensors()) {
-        std::memcpy(copy.data() + off, t.data.data(), t.data.size());
-        off += t.data.size();
-      }
-      runs.push_back(Since(t0));
-    }
-    return Median(runs);
-  };
+  auto measure_memcpy = [&] { return MedianStateMemcpySeconds(sd, copy, 5, comm->get()); };
   auto memcpy_before = measure_memcpy();
   if (!memcpy_before.ok()) return Fail(memcpy_before.status());
   const double memcpy_s = *memcpy_before;

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -108,6 +109,24 @@ Result<SaveStats> AsyncSaver::Wait() {
   last_background_seconds_ = background_seconds_;
   last_save_began_ = save_began_;
   return r;
+}
+
+Result<double> MedianStateMemcpySeconds(const ShardedStateDict& state, std::span<std::byte> dst, int reps,
+                                        Comm* comm, Millis timeout) {
+  std::vector<double> runs;
+  for (int rep = 0; rep < reps; ++rep) {
+    if (comm) CKPT_RETURN_IF_ERROR(comm->Barrier(timeout, "memcpy baseline"));
+    const auto t0 = Clock::now();
+    size_t off = 0;
+    for (const TensorEntry& t : state.tensors()) {
+      std::memcpy(dst.data() + off, t.data.data(), t.data.size());
+      off += t.data.size();
+    }
+    runs.push_back(Since(t0));
+  }
+  if (runs.empty()) return 0.0;
+  std::nth_element(runs.begin(), runs.begin() + runs.size() / 2, runs.end());
+  return runs[runs.size() / 2];
 }
 
 }  // namespace ckpt

@@ -103,4 +103,12 @@ class AsyncSaver {
   std::chrono::steady_clock::time_point last_save_began_{};
 };
 
+// The baseline async blocking time is judged against: the median of `reps`
+// memcpys of every tensor of `state`, one after the other, into `dst` (at
+// least the tensors' total bytes). With `comm`, every rank starts each copy
+// after a barrier (as the snapshots of a job run: all ranks at once, sharing
+// the memory bandwidth); nullptr times this process alone.
+Result<double> MedianStateMemcpySeconds(const ShardedStateDict& state, std::span<std::byte> dst, int reps,
+                                        Comm* comm = nullptr, Millis timeout = Millis(60000));
+
 }  // namespace ckpt

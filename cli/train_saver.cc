@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
 #include "ckpt/gpu/gpu.h"
@@ -15,7 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // memcpy of the state's tensor bytes into one buffer: `cold` the first copy
 // into freshly allocated, untouched memory (as the first snapshot, which
@@ -29,20 +27,9 @@ MemcpyBaseline MeasureMemcpy(const ShardedStateDict& sd) {
   MemcpyBaseline b;
   b.bytes = sd.TotalBytes();
   std::unique_ptr<std::byte[]> dst(new std::byte[size_t(std::max<int64_t>(b.bytes, 1))]);
-  auto copy = [&] {
-    const auto t0 = Clock::now();
-    size_t off = 0;
-    for (const auto& t : sd.tensors()) {
-      std::memcpy(dst.get() + off, t.data.data(), t.data.size());
-      off += t.data.size();
-    }
-    return Since(t0);
-  };
-  b.cold = copy();
-  std::vector<double> warm(5);
-  for (double& w : warm) w = copy();
-  std::nth_element(warm.begin(), warm.begin() + 2, warm.end());
-  b.warm = warm[2];
+  const std::span<std::byte> buf(dst.get(), size_t(b.bytes));
+  b.cold = *MedianStateMemcpySeconds(sd, buf, 1);  // no communicator: cannot fail
+  b.warm = *MedianStateMemcpySeconds(sd, buf, 5);
   return b;
 }
 
