@@ -16,10 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_modes.h"
-#include "ckpt/codec.h"
-#include "ckpt/dtype.h"
-#include "ckpt/sha256.h"
-#include "ckpt/shard_file.h"
+#include "ckpt/format/codec.h"
+#include "ckpt/base/dtype.h"
+#include "ckpt/base/sha256.h"
+#include "ckpt/format/shard_file.h"
 
 namespace ckpt::bench {
 namespace {

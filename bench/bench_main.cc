@@ -17,10 +17,11 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_modes.h"
-#include "ckpt/async_save.h"
-#include "ckpt/comm_mpi.h"
+#include "ckpt/protocol/async_save.h"
+#include "ckpt/mpi/comm_mpi.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_gpt.h"
+#include "ckpt/workload/gpt_local_state.h"
 
 namespace {
 
@@ -62,7 +63,7 @@ int Async(const std::string& model_name, const std::string& layout, const std::s
   auto coords = CoordsOf(*pc, (*comm)->rank());
   auto shards = reshard::GptShards(*model, *pc, *coords);
   if (!shards.ok()) return Fail(shards.status());
-  auto state = reshard::GptLocalState::Create(std::move(shards).value());
+  auto state = workload::GptLocalState::Create(std::move(shards).value());
   if (!state.ok()) return Fail(state.status());
   if (Status st = state->FillExpected(model->vocab_size); !st.ok()) return Fail(st);
   ShardedStateDict sd = state->StateDict();

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <unistd.h>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "cli/commands.h"
 #include "cli/gpt_job.h"
 #include "faults/campaign.h"
@@ -24,6 +24,7 @@
 #include "faults/power_loss.h"
 #include "faults/power_loss_env.h"
 #include "reshard/gpt_config_json.h"
+#include "ckpt/workload/gpt_local_state.h"
 
 namespace ckpt::cli {
 namespace {
@@ -179,8 +180,8 @@ int ChildSave(const ChildFlags& f) {
 // a local state without MPI, which starts much faster.
 struct LoadRank {
   std::unique_ptr<GptJob> job;
-  std::unique_ptr<reshard::GptLocalState> local;
-  reshard::GptLocalState* state = nullptr;
+  std::unique_ptr<workload::GptLocalState> local;
+  workload::GptLocalState* state = nullptr;
   Comm* comm = nullptr;
   int rank = 0;
 };

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/fingerprint.h"
+#include "ckpt/protocol/fingerprint.h"
 #include "cli/commands.h"
 
 namespace ckpt::cli {

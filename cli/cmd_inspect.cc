@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "cli/commands.h"
 
 namespace ckpt::cli {

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "ckpt/gpu/gpu.h"
 #include "cli/commands.h"
 #include "cli/gpt_job.h"

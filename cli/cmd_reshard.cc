@@ -9,13 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/offline_reshard.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/offline_reshard.h"
 #include "cli/commands.h"
 #include "cli/gpt_job.h"
 #include "reshard/dist_optimizer.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/read_plan.h"
+#include "ckpt/workload/gpt_local_state.h"
+#include "ckpt/workload/dist_optimizer_state.h"
 
 namespace ckpt::cli {
 namespace {
@@ -42,7 +44,7 @@ Result<SavedModel> ReadSavedModel(const std::string& root, int64_t iteration) {
 // is resharded with the model, never dropped).
 class GptRankState final : public RankState {
  public:
-  GptRankState(reshard::GptLocalState s, std::unique_ptr<reshard::DistOptimizerState> opt)
+  GptRankState(workload::GptLocalState s, std::unique_ptr<workload::DistOptimizerState> opt)
       : state_(std::move(s)), optimizer_(std::move(opt)), dict_(state_.StateDict()) {
     if (!optimizer_) return;
     ShardedStateDict o = optimizer_->StateDict(reshard::OptimizerFormat::kModelSpace);
@@ -52,8 +54,8 @@ class GptRankState final : public RankState {
   ShardedStateDict& dict() override { return dict_; }
 
  private:
-  reshard::GptLocalState state_;
-  std::unique_ptr<reshard::DistOptimizerState> optimizer_;
+  workload::GptLocalState state_;
+  std::unique_ptr<workload::DistOptimizerState> optimizer_;
   ShardedStateDict dict_;
 };
 
@@ -111,13 +113,13 @@ int RunReshard(const ReshardFlags& f) {
   if (!bucket_elems.ok()) return Fail("reshard", bucket_elems.status());
   auto stats = ReshardOffline(o, [&](int rank) -> Result<std::unique_ptr<RankState>> {
     CKPT_ASSIGN_OR_RETURN(auto shards, TargetShards(model, pc, rank));
-    std::unique_ptr<reshard::DistOptimizerState> opt;
+    std::unique_ptr<workload::DistOptimizerState> opt;
     if (*bucket_elems) {
       CKPT_ASSIGN_OR_RETURN(RankCoords c, CoordsOf(pc, rank));
-      CKPT_ASSIGN_OR_RETURN(auto o, reshard::DistOptimizerState::Create(model, pc, c, shards, {**bucket_elems}));
-      opt = std::make_unique<reshard::DistOptimizerState>(std::move(o));
+      CKPT_ASSIGN_OR_RETURN(auto o, workload::DistOptimizerState::Create(model, pc, c, shards, {**bucket_elems}));
+      opt = std::make_unique<workload::DistOptimizerState>(std::move(o));
     }
-    CKPT_ASSIGN_OR_RETURN(auto state, reshard::GptLocalState::Create(std::move(shards)));
+    CKPT_ASSIGN_OR_RETURN(auto state, workload::GptLocalState::Create(std::move(shards)));
     return std::unique_ptr<RankState>(new GptRankState(std::move(state), std::move(opt)));
   });
   if (!stats.ok()) return Fail("reshard", stats.status());

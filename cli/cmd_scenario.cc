@@ -51,7 +51,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/status.h"
+#include "ckpt/base/status.h"
 #include "cli/commands.h"
 
 namespace ckpt::cli {

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/comm_mpi.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/workload/train_workload.h"
 #include "cli/commands.h"
 #include "cli/gpt_job.h"

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/verify.h"
+#include "ckpt/protocol/verify.h"
 #include "cli/commands.h"
 
 namespace ckpt::cli {

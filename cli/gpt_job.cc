@@ -8,10 +8,13 @@
 #include <fstream>
 #include <string_view>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "cli/commands.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_moe.h"
+#include "ckpt/workload/gpt_local_state.h"
+#include "ckpt/workload/dist_optimizer_state.h"
+#include "tests/testing/negative_controls.h"
 
 namespace ckpt::cli {
 
@@ -78,18 +81,18 @@ Result<std::unique_ptr<GptJob>> StartGptJob(const std::string& layout_spec, cons
   const std::string where = "rank " + std::to_string(job->rank());
   auto shards = reshard::GptShards(model, job->layout, job->coords);
   if (!shards.ok()) return shards.status().WithContext(where);
-  auto registered = naive_fc1 ? reshard::NaiveFc1Shards(model, job->layout, job->coords) : shards;
+  auto registered = naive_fc1 ? testing::NaiveFc1Shards(model, job->layout, job->coords) : shards;
   if (!registered.ok()) return registered.status().WithContext(where);
   job->registered = std::move(registered).value();
   job->optimizer_spec = optimizer;
   if (optimizer.format) {
-    auto opt = reshard::DistOptimizerState::Create(model, job->layout, job->coords, *shards,
+    auto opt = workload::DistOptimizerState::Create(model, job->layout, job->coords, *shards,
                                                    {optimizer.bucket_elems});
     if (!opt.ok()) return opt.status().WithContext(where);
-    job->optimizer = std::make_unique<reshard::DistOptimizerState>(std::move(opt).value());
+    job->optimizer = std::make_unique<workload::DistOptimizerState>(std::move(opt).value());
   }
-  CKPT_ASSIGN_OR_RETURN(auto state, reshard::GptLocalState::Create(std::move(shards).value()));
-  job->state = std::make_unique<reshard::GptLocalState>(std::move(state));
+  CKPT_ASSIGN_OR_RETURN(auto state, workload::GptLocalState::Create(std::move(shards).value()));
+  job->state = std::make_unique<workload::GptLocalState>(std::move(state));
   return job;
 }
 

@@ -12,10 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/comm_mpi.h"
-#include "ckpt/parallel_state.h"
+#include "ckpt/mpi/comm_mpi.h"
+#include "reshard/parallel_state.h"
 #include "reshard/dist_optimizer.h"
 #include "reshard/megatron_gpt.h"
+#include "ckpt/workload/gpt_local_state.h"
+#include "ckpt/workload/dist_optimizer_state.h"
 
 namespace ckpt::cli {
 
@@ -32,10 +34,10 @@ struct GptJob {
   RankCoords coords;
   reshard::GptConfig model;
   std::string model_name;
-  std::unique_ptr<reshard::GptLocalState> state;  // correct layout: filled and checked
+  std::unique_ptr<workload::GptLocalState> state;  // correct layout: filled and checked
   std::vector<reshard::GptShard> registered;        // the descriptors handed to save/load
   OptimizerSpec optimizer_spec;
-  std::unique_ptr<reshard::DistOptimizerState> optimizer;  // set iff optimizer_spec.format
+  std::unique_ptr<workload::DistOptimizerState> optimizer;  // set iff optimizer_spec.format
 
   // The model entries over `state` with the `registered` descriptors, then the
   // optimizer's (fragments or bucket slices + layout objects, and the step).

@@ -1,6 +1,6 @@
 // TrainSaver: how `ckpt train` saves - synchronously (SaveCheckpoint on the
 // job's communicator, training waits for the commit) or, with --async-save,
-// through an AsyncSaver (ckpt/async_save.h) on a dedicated communicator, so
+// through an AsyncSaver (ckpt/protocol/async_save.h) on a dedicated communicator, so
 // training continues right after the snapshot copy.
 //
 // Async contract:
@@ -39,9 +39,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/async_save.h"
-#include "ckpt/checkpoint.h"
-#include "ckpt/comm_mpi.h"
+#include "ckpt/protocol/async_save.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/mpi/comm_mpi.h"
 #include "faults/fault_env.h"
 
 namespace ckpt::cli {

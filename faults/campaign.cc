@@ -4,8 +4,8 @@
 #include <chrono>
 #include <fstream>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/env.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/base/env.h"
 #include "faults/campaign_internal.h"
 #include "faults/power_loss.h"
 

@@ -46,7 +46,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/status.h"
+#include "ckpt/base/status.h"
 #include "faults/boundaries.h"
 #include "faults/jobs.h"
 

@@ -3,8 +3,8 @@
 #include <chrono>
 #include <fstream>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/verify.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/verify.h"
 #include "faults/campaign_internal.h"
 #include "faults/damage.h"
 #include "faults/power_loss.h"

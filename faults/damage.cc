@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/protocol/checkpoint.h"
 
 namespace ckpt::faults {
 namespace {

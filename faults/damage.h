@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <string>
 
-#include "ckpt/env.h"
-#include "ckpt/status.h"
+#include "ckpt/base/env.h"
+#include "ckpt/base/status.h"
 #include "faults/fault_spec.h"
 
 namespace ckpt::faults {

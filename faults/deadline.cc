@@ -3,8 +3,8 @@
 #include <charconv>
 #include <cstdio>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/env.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/base/env.h"
 
 namespace ckpt::faults {
 namespace {

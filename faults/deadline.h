@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/status.h"
+#include "ckpt/base/status.h"
 #include "faults/fault_spec.h"
 #include "faults/jobs.h"
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/manifest.h"
+#include "ckpt/format/manifest.h"
 #include "faults/damage.h"
 
 namespace ckpt::faults {

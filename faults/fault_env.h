@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/env.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/base/env.h"
 #include "faults/fault_spec.h"
 
 namespace ckpt::faults {

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ckpt/env.h"
-#include "ckpt/parallel_state.h"
+#include "ckpt/base/env.h"
+#include "reshard/parallel_state.h"
 
 namespace ckpt::faults {
 namespace fs = std::filesystem;

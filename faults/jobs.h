@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/status.h"
+#include "ckpt/base/status.h"
 #include "faults/process.h"
 
 namespace ckpt::faults {

@@ -1,22 +1,23 @@
 #include "faults/oracle.h"
 
-#include "ckpt/parallel_state.h"
-#include "reshard/expected_values.h"
+#include "reshard/parallel_state.h"
+#include "ckpt/workload/expected_values.h"
+#include "ckpt/workload/gpt_local_state.h"
 
 namespace ckpt::faults {
 
 std::string TaggedKey(const std::string& key, int64_t iteration) { return key + "#it" + std::to_string(iteration); }
 
-Status FillForIteration(reshard::GptLocalState& state, int64_t vocab_size, int64_t iteration) {
+Status FillForIteration(workload::GptLocalState& state, int64_t vocab_size, int64_t iteration) {
   for (size_t i = 0; i < state.shards().size(); ++i) {
     ShardedTensor t = state.shards()[i].tensor;
     t.key = TaggedKey(t.key, iteration);
-    CKPT_RETURN_IF_ERROR(reshard::FillExpected(t, state.ShardData(i), vocab_size));
+    CKPT_RETURN_IF_ERROR(workload::FillExpected(t, state.ShardData(i), vocab_size));
   }
   return Status::Ok();
 }
 
-Result<int64_t> MismatchesForIteration(const reshard::GptLocalState& state, int64_t vocab_size, int64_t iteration,
+Result<int64_t> MismatchesForIteration(const workload::GptLocalState& state, int64_t vocab_size, int64_t iteration,
                                        std::string* first_bad) {
   int64_t total = 0;
   for (size_t i = 0; i < state.shards().size(); ++i) {
@@ -24,23 +25,23 @@ Result<int64_t> MismatchesForIteration(const reshard::GptLocalState& state, int6
     const std::string key = t.key;
     t.key = TaggedKey(key, iteration);
     int64_t first = -1;
-    CKPT_ASSIGN_OR_RETURN(int64_t bad, reshard::CountMismatches(t, state.ShardView(i), &first, vocab_size));
+    CKPT_ASSIGN_OR_RETURN(int64_t bad, workload::CountMismatches(t, state.ShardView(i), &first, vocab_size));
     if (bad > 0 && total == 0 && first_bad) *first_bad = key + " element " + std::to_string(first);
     total += bad;
   }
   return total;
 }
 
-Result<std::unique_ptr<reshard::GptLocalState>> LocalGptState(const reshard::GptConfig& model, const std::string& layout) {
+Result<std::unique_ptr<workload::GptLocalState>> LocalGptState(const reshard::GptConfig& model, const std::string& layout) {
   CKPT_ASSIGN_OR_RETURN(ParallelConfig pc, ParallelConfig::Parse(layout));
   if (pc.world_size() != 1) return Status::InvalidArgument("layout " + layout + " is not a single rank");
   CKPT_ASSIGN_OR_RETURN(RankCoords coords, CoordsOf(pc, 0));
   CKPT_ASSIGN_OR_RETURN(auto shards, reshard::GptShards(model, pc, coords));
-  CKPT_ASSIGN_OR_RETURN(auto state, reshard::GptLocalState::Create(std::move(shards)));
-  return std::make_unique<reshard::GptLocalState>(std::move(state));
+  CKPT_ASSIGN_OR_RETURN(auto state, workload::GptLocalState::Create(std::move(shards)));
+  return std::make_unique<workload::GptLocalState>(std::move(state));
 }
 
-nlohmann::json LoadVerdict(const Result<LoadStats>& r, const reshard::GptLocalState& state, int64_t vocab_size) {
+nlohmann::json LoadVerdict(const Result<LoadStats>& r, const workload::GptLocalState& state, int64_t vocab_size) {
   if (!r.ok()) return {{"ok", false}, {"error", r.status().ToString()}};
   std::string first_bad;
   auto bad = MismatchesForIteration(state, vocab_size, r->iteration, &first_bad);

@@ -29,8 +29,8 @@
 #include <mutex>
 #include <string>
 
-#include "ckpt/env.h"
-#include "ckpt/status.h"
+#include "ckpt/base/env.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::faults {
 

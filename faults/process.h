@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::faults {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/sharded_tensor.h"
-#include "ckpt/status.h"
+#include "ckpt/base/sharded_tensor.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::reshard {
 

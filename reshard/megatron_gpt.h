@@ -27,16 +27,15 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "ckpt/dtype.h"
-#include "ckpt/parallel_state.h"
-#include "ckpt/sharded_tensor.h"
-#include "ckpt/status.h"
+#include "ckpt/base/dtype.h"
+#include "reshard/parallel_state.h"
+#include "ckpt/base/sharded_tensor.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::reshard {
 
@@ -102,46 +101,5 @@ struct GptShard {
 // Every ShardedTensor of the rank at `coords`, in module order.
 Result<std::vector<GptShard>> GptShards(const GptConfig& cfg, const ParallelConfig& pc,
                                         const RankCoords& coords);
-
-// Negative control: like GptShards, but each local SwiGLU fc1 weight is one
-// plain axis-0 slice (rows [r*2*ffn/tp, (r+1)*2*ffn/tp)) - a naive concat that
-// gives wrong values when loaded at another TP. Requires cfg.swiglu. Params and
-// offsets match GptShards', so check loaded data through the GptShards
-// descriptors (the true layout), not through these.
-Result<std::vector<GptShard>> NaiveFc1Shards(const GptConfig& cfg, const ParallelConfig& pc,
-                                             const RankCoords& coords);
-
-// Owns a rank's local parameter buffers (zeroed) and exposes them as a
-// ShardedStateDict whose spans point into this object: they stay valid while
-// the object lives (moving it keeps them valid). Not thread-safe.
-class GptLocalState {
- public:
-  // Fails if shards of one parameter disagree on its shape or dtype, or overrun it.
-  static Result<GptLocalState> Create(std::vector<GptShard> shards);
-
-  const std::vector<GptShard>& shards() const { return shards_; }
-  ShardedStateDict StateDict();
-  // A state dict registering `other` descriptors over this object's local
-  // parameters (same param names and shapes), e.g. NaiveFc1Shards of the same
-  // rank: the memory holds the right local values, the descriptors are wrong.
-  Result<ShardedStateDict> StateDictFor(const std::vector<GptShard>& other);
-  std::span<std::byte> ShardData(size_t i);  // data of shards()[i]
-  std::span<const std::byte> ShardView(size_t i) const;
-  // A whole local parameter by GptShard::param name; empty if unknown.
-  std::span<std::byte> Param(const std::string& name);
-  int64_t TotalBytes() const;
-
-  // Fills every shard with its expected values (rows >= vocab_size of
-  // allow_shape_mismatch tensors are zero).
-  Status FillExpected(int64_t vocab_size);
-  // Total mismatching elements over all shards; `first_bad` (if non-null) gets
-  // "<key> element <i>" of the first one.
-  Result<int64_t> CountMismatches(int64_t vocab_size, std::string* first_bad) const;
-
- private:
-  explicit GptLocalState(std::vector<GptShard> shards) : shards_(std::move(shards)) {}
-  std::vector<GptShard> shards_;
-  std::map<std::string, std::vector<std::byte>> params_;
-};
 
 }  // namespace ckpt::reshard

@@ -28,8 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/parallel_state.h"
-#include "ckpt/status.h"
+#include "reshard/parallel_state.h"
+#include "ckpt/base/status.h"
 #include "reshard/megatron_gpt.h"
 
 namespace ckpt::reshard {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/sharded_tensor.h"
-#include "ckpt/status.h"
+#include "ckpt/base/sharded_tensor.h"
+#include "ckpt/base/status.h"
 #include "reshard/intersect.h"
 
 namespace ckpt::reshard {

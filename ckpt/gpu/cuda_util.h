@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "ckpt/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::gpu {
 

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/comm.h"
-#include "ckpt/comm_mpi.h"
-#include "ckpt/snapshot_memory.h"
+#include "ckpt/base/comm.h"
+#include "ckpt/mpi/comm_mpi.h"
+#include "ckpt/protocol/snapshot_memory.h"
 
 namespace ckpt::gpu {
 

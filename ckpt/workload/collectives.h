@@ -23,10 +23,10 @@
 #include <memory>
 #include <span>
 
-#include "ckpt/comm.h"
-#include "ckpt/comm_mpi.h"
-#include "ckpt/parallel_state.h"
-#include "ckpt/status.h"
+#include "ckpt/base/comm.h"
+#include "ckpt/mpi/comm_mpi.h"
+#include "reshard/parallel_state.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::workload {
 

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::workload {
 

@@ -26,7 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::workload {
 

@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/workload/lr_schedule.h"
 
 namespace ckpt::workload {

@@ -47,8 +47,8 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/parallel_state.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "reshard/parallel_state.h"
 #include "ckpt/workload/collectives.h"
 #include "ckpt/workload/lr_schedule.h"
 #include "ckpt/workload/sampler.h"

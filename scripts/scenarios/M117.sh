@@ -116,7 +116,7 @@ fb_gap = None
 if not (RC("load_fb") == 0 and fb.get("iteration") == 10):
     why = re.search(r"Aborted: ([^\n]*)", TXT("load_fb"))
     fb_gap = (f"多 rank --fallback 没有回到 iteration 10（rc={RC('load_fb')}：{why.group(1) if why else '?'}）："
-              "各 rank 各自回退、选了不同的 iteration，只能以明确错误结束；需要各 rank 对回退目标达成一致（ckpt/load.cc LoadLocal）")
+              "各 rank 各自回退、选了不同的 iteration，只能以明确错误结束；需要各 rank 对回退目标达成一致（ckpt/protocol/load.cc LoadLocal）")
 emit("静默损坏检测：per-chunk SHA-256、verify 与回退",
      f"{J('save20')['model']} TP2, iterations 10 and 20; one bit flipped in chunk {flip['chunk']} of {flip['dataset']} (iter 20, rank 1)",
      n, checks,

@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "ckpt/comm_mpi.h"
-#include "ckpt/parallel_state.h"
+#include "ckpt/mpi/comm_mpi.h"
+#include "reshard/parallel_state.h"
 
 namespace ckpt {
 namespace {

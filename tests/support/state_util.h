@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/sharded_tensor.h"
+#include "ckpt/base/sharded_tensor.h"
 
 namespace ckpt::testing {
 

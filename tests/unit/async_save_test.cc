@@ -6,7 +6,7 @@
 #include <cstring>
 #include <thread>
 
-#include "ckpt/async_save.h"
+#include "ckpt/protocol/async_save.h"
 #include "support/state_util.h"
 #include "support/test_util.h"
 

@@ -2,7 +2,7 @@
 // consumers and slow preparers, errors (and exceptions) from either side stop
 // the run without deadlock, and the serial modes. Every Run goes through
 // RunBounded, which fails the test instead of hanging if a Run does not end.
-#include "ckpt/chunk_pipeline.h"
+#include "ckpt/format/chunk_pipeline.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "support/state_util.h"
 #include "support/test_util.h"
 

@@ -1,6 +1,6 @@
 // Codec: HDF5-exact shuffle, zstd framing, error reporting, and parity with
 // the HDF5 filter 32015 implementation the plugin ships.
-#include "ckpt/codec.h"
+#include "ckpt/format/codec.h"
 
 #include <gtest/gtest.h>
 #include <zstd.h>
@@ -11,7 +11,7 @@
 #include <random>
 #include <thread>
 
-#include "ckpt/dtype.h"
+#include "ckpt/base/dtype.h"
 #include "ckpt/h5plugin/zstd_filter.h"
 
 namespace ckpt {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <thread>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "support/state_util.h"
 #include "support/test_util.h"
 

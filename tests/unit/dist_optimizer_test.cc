@@ -12,9 +12,12 @@
 
 #include "reshard/intersect.h"
 #include "reshard/read_plan.h"
+#include "ckpt/workload/dist_optimizer_state.h"
 
 namespace ckpt::reshard {
 namespace {
+
+using namespace ckpt::workload;  // owned test state and expected values
 
 using Ranges = std::vector<OwnedRange>;
 

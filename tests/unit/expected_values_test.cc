@@ -1,7 +1,7 @@
 // Expected values (any box, any flat range, vocab padding) and a cross-layout
 // round trip of the GPT state through an in-test global store, including the
 // naive-fc1 negative control.
-#include "reshard/expected_values.h"
+#include "ckpt/workload/expected_values.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,14 @@
 #include <set>
 
 #include "reshard/megatron_gpt.h"
+#include "ckpt/workload/gpt_local_state.h"
+#include "tests/testing/negative_controls.h"
 
 namespace ckpt::reshard {
 namespace {
+
+using namespace ckpt::workload;  // owned test state and expected values
+using testing::NaiveFc1Shards;
 
 ShardedTensor Box(std::string key, DType dt, Shape global, Shape offset, Shape local) {
   ShardedTensor t;

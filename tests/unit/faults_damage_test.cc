@@ -5,20 +5,21 @@
 
 #include <set>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/parallel_state.h"
-#include "ckpt/verify.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "reshard/parallel_state.h"
+#include "ckpt/protocol/verify.h"
 #include "faults/damage.h"
 #include "faults/jobs.h"
 #include "faults/oracle.h"
 #include "support/test_util.h"
+#include "ckpt/workload/gpt_local_state.h"
 
 namespace ckpt::faults {
 namespace {
 
 struct Gpt {
   reshard::GptConfig cfg;
-  std::unique_ptr<reshard::GptLocalState> state;
+  std::unique_ptr<workload::GptLocalState> state;
 };
 
 Gpt MakeGpt(const std::string& layout = "tp=1") {
@@ -27,7 +28,7 @@ Gpt MakeGpt(const std::string& layout = "tp=1") {
   g.cfg.num_layers = 2;
   ParallelConfig pc = *ParallelConfig::Parse(layout);
   auto shards = *reshard::GptShards(g.cfg, pc, *CoordsOf(pc, 0));
-  g.state = std::make_unique<reshard::GptLocalState>(*reshard::GptLocalState::Create(std::move(shards)));
+  g.state = std::make_unique<workload::GptLocalState>(*workload::GptLocalState::Create(std::move(shards)));
   return g;
 }
 

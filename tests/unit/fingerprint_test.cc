@@ -2,7 +2,7 @@
 // global state saved under different layouts, encodings and shard forms
 // fingerprints identically; a 1-ulp change of one element does not; the diff
 // names the tensor, the element and the ulp distance.
-#include "ckpt/fingerprint.h"
+#include "ckpt/protocol/fingerprint.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -14,11 +14,12 @@
 #include <map>
 #include <thread>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_gpt.h"
 #include "support/state_util.h"
 #include "support/test_util.h"
+#include "ckpt/workload/gpt_local_state.h"
 
 namespace ckpt {
 namespace {
@@ -27,7 +28,7 @@ using testing::Desc;
 using testing::OwnedState;
 
 // Called on each rank's filled state before the save (to perturb it).
-using Mutate = std::function<void(int rank, reshard::GptLocalState&)>;
+using Mutate = std::function<void(int rank, workload::GptLocalState&)>;
 
 // Saves the tiny GPT's expected-value state under `spec`, one thread per rank.
 std::string SaveGpt(const std::string& name, const std::string& spec, const Mutate& mutate = {},
@@ -45,7 +46,7 @@ std::string SaveGpt(const std::string& name, const std::string& spec, const Muta
       st[r] = [&]() -> Status {
         CKPT_ASSIGN_OR_RETURN(RankCoords c, CoordsOf(*pc, r));
         CKPT_ASSIGN_OR_RETURN(auto shards, reshard::GptShards(*cfg, *pc, c));
-        CKPT_ASSIGN_OR_RETURN(auto state, reshard::GptLocalState::Create(std::move(shards)));
+        CKPT_ASSIGN_OR_RETURN(auto state, workload::GptLocalState::Create(std::move(shards)));
         CKPT_RETURN_IF_ERROR(state.FillExpected(cfg->vocab_size));
         if (mutate) mutate(r, state);
         SaveOptions o;
@@ -80,7 +81,7 @@ const TensorFingerprint* Find(const Fingerprint& fp, const std::string& key) {
 }
 
 // Adds one to the raw bits of element `local` of the shard of `key` (bf16: one ulp).
-void BumpBits(reshard::GptLocalState& s, const std::string& key, int64_t local) {
+void BumpBits(workload::GptLocalState& s, const std::string& key, int64_t local) {
   for (size_t i = 0; i < s.shards().size(); ++i) {
     if (s.shards()[i].tensor.key != key) continue;
     uint16_t v;
@@ -119,7 +120,7 @@ TEST(FingerprintTest, SameStateUnderTp4Pp2AndTp2Pp1IsEqual) {
 TEST(FingerprintTest, OneUlpChangeOfOneElementIsFoundByDiff) {
   const std::string clean = SaveGpt("fp_clean", "tp=2");
   // fc2 [64, 128] is split on axis 1: rank 1 holds columns [64, 128); local (5, 7) is global [5, 71].
-  const std::string bumped = SaveGpt("fp_bumped", "tp=2", [](int r, reshard::GptLocalState& s) {
+  const std::string bumped = SaveGpt("fp_bumped", "tp=2", [](int r, workload::GptLocalState& s) {
     if (r == 1) BumpBits(s, kFc2, 5 * 64 + 7);
   });
   const Fingerprint a = Fp(clean), b = Fp(bumped);
@@ -155,7 +156,7 @@ TEST(FingerprintTest, OneUlpChangeOfOneElementIsFoundByDiff) {
 TEST(FingerprintTest, NonZeroVocabPaddingIsFlagged) {
   const std::string clean = SaveGpt("fp_pad_clean", "tp=2");
   // Rank 0 holds embedding rows [0, 640), rank 1 rows [640, 1280): row 1200 is padding.
-  const std::string dirty = SaveGpt("fp_pad_dirty", "tp=2", [](int r, reshard::GptLocalState& s) {
+  const std::string dirty = SaveGpt("fp_pad_dirty", "tp=2", [](int r, workload::GptLocalState& s) {
     if (r == 1) BumpBits(s, "embedding.word_embeddings.weight", (1200 - 640) * 64 + 3);
   });
   const Fingerprint a = Fp(clean), b = Fp(dirty);
@@ -275,7 +276,7 @@ CmdResult Ckpt(const std::string& args) {
 
 TEST(FingerprintTest, CliExitCodesAndOutput) {
   const std::string a = SaveGpt("fp_cli_a", "tp=2");
-  const std::string b = SaveGpt("fp_cli_b", "tp=1", [](int, reshard::GptLocalState& s) { BumpBits(s, kFc2, 0); });
+  const std::string b = SaveGpt("fp_cli_b", "tp=1", [](int, workload::GptLocalState& s) { BumpBits(s, kFc2, 0); });
   CmdResult r = Ckpt("fingerprint --per-tensor " + a);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(Fp(a).digest), std::string::npos) << r.out;

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/verify.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/verify.h"
 #include "support/state_util.h"
 #include "support/test_util.h"
 

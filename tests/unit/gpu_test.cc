@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "ckpt/async_save.h"
+#include "ckpt/protocol/async_save.h"
 #include "ckpt/gpu/gpu.h"
 #include "support/state_util.h"
 #include "support/test_util.h"

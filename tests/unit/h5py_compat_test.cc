@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "ckpt/shard_file.h"
+#include "ckpt/format/shard_file.h"
 #include "support/test_util.h"
 
 namespace ckpt {

@@ -8,7 +8,7 @@
 #include <functional>
 #include <thread>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "support/state_util.h"
 #include "support/test_util.h"
 

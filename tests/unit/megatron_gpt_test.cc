@@ -8,10 +8,15 @@
 #include <map>
 #include <set>
 
-#include "reshard/expected_values.h"
+#include "ckpt/workload/expected_values.h"
+#include "ckpt/workload/gpt_local_state.h"
+#include "tests/testing/negative_controls.h"
 
 namespace ckpt::reshard {
 namespace {
+
+using namespace ckpt::workload;  // owned test state and expected values
+using testing::NaiveFc1Shards;
 
 struct Layout {
   std::string spec;  // ParallelConfig

@@ -11,9 +11,12 @@
 
 #include "reshard/intersect.h"
 #include "reshard/read_plan.h"
+#include "ckpt/workload/gpt_local_state.h"
 
 namespace ckpt::reshard {
 namespace {
+
+using namespace ckpt::workload;  // owned test state and expected values
 
 GptConfig TinyMoe(int experts = 8) {
   GptConfig c = *GptPreset("tiny");

@@ -1,5 +1,5 @@
 // ParallelConfig / RankCoords / groups against Megatron-Core's "tp-cp-ep-dp-pp" order.
-#include "ckpt/parallel_state.h"
+#include "reshard/parallel_state.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Shard files: round trips of every dtype and shard shape, chunk records
 // (offsets, sizes, hashes) against what HDF5 and the raw file hold, Env error
 // propagation, abandonment without leaks, and corrupt-file handling.
-#include "ckpt/shard_file.h"
+#include "ckpt/format/shard_file.h"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -14,7 +14,7 @@
 
 #include <zstd.h>
 
-#include "ckpt/sha256.h"
+#include "ckpt/base/sha256.h"
 #include "support/test_util.h"
 
 namespace ckpt {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "ckpt/dtype.h"
-#include "ckpt/status.h"
+#include "ckpt/base/dtype.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 namespace {

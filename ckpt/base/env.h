@@ -1,0 +1,109 @@
+// Env: the one door for checkpoint file IO (leveldb-style).
+//
+// Every byte ckpt writes or reads - HDF5 shard files included, through the
+// Env-backed HDF5 virtual file driver (hdf5_vfd.h) - goes through an Env, so
+// faults/ can inject errors and simulate power loss under every operation.
+//
+// Contract:
+//  - errno is converted to Status once, in the POSIX implementation, with the
+//    operation and path in the message (ENOSPC -> kNoSpace, ENOENT -> kNotFound,
+//    EEXIST -> kAlreadyExists, others -> kIOError).
+//  - Nothing is durable until File::Sync (data) and Env::SyncDir (names in a
+//    directory) succeed. A failed Sync is final: callers must not retry it.
+//  - RenameNoReplace never replaces an existing target (kAlreadyExists).
+//  - Env implementations are thread-safe; a File is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckpt/base/status.h"
+
+namespace ckpt {
+
+enum class OpenMode {
+  kRead,       // existing file, read-only
+  kCreate,     // create or truncate, read-write
+  kReadWrite,  // existing file, read-write
+};
+
+class File {
+ public:
+  virtual ~File() = default;
+  virtual const std::string& path() const = 0;
+  // Reads up to dst.size() bytes at offset; returns the count (short only at EOF).
+  virtual Result<size_t> PRead(uint64_t offset, std::span<std::byte> dst) = 0;
+  // Writes all of src at offset (retrying short writes).
+  virtual Status PWrite(uint64_t offset, std::span<const std::byte> src) = 0;
+  virtual Status Truncate(uint64_t size) = 0;
+  virtual Result<uint64_t> Size() = 0;
+  virtual Status Sync() = 0;
+  // Releases the descriptor. Idempotent. Does not sync.
+  virtual Status Close() = 0;
+};
+
+struct FileInfo {
+  bool exists = false;
+  bool is_dir = false;
+  uint64_t size = 0;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+  virtual Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) = 0;
+  virtual Status CreateDir(const std::string& path) = 0;  // kAlreadyExists if present
+  virtual Status RemoveFile(const std::string& path) = 0;
+  virtual Status RemoveDir(const std::string& path) = 0;  // must be empty
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  virtual Status RenameNoReplace(const std::string& from, const std::string& to) = 0;
+  virtual Status SyncDir(const std::string& path) = 0;
+  virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;  // sorted names
+  virtual Result<FileInfo> Stat(const std::string& path) = 0;
+};
+
+// The process-wide POSIX Env. Never deleted.
+Env* DefaultEnv();
+
+// Forwards every call to a target Env; decorators override what they change.
+class EnvWrapper : public Env {
+ public:
+  explicit EnvWrapper(Env* target) : target_(target) {}
+  Env* target() const { return target_; }
+  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m) override {
+    return target_->OpenFile(p, m);
+  }
+  Status CreateDir(const std::string& p) override { return target_->CreateDir(p); }
+  Status RemoveFile(const std::string& p) override { return target_->RemoveFile(p); }
+  Status RemoveDir(const std::string& p) override { return target_->RemoveDir(p); }
+  Status Rename(const std::string& f, const std::string& t) override { return target_->Rename(f, t); }
+  Status RenameNoReplace(const std::string& f, const std::string& t) override {
+    return target_->RenameNoReplace(f, t);
+  }
+  Status SyncDir(const std::string& p) override { return target_->SyncDir(p); }
+  Result<std::vector<std::string>> ListDir(const std::string& p) override { return target_->ListDir(p); }
+  Result<FileInfo> Stat(const std::string& p) override { return target_->Stat(p); }
+
+ private:
+  Env* target_;
+};
+
+// Helpers built only on the Env interface.
+Result<std::string> ReadFileToString(Env* env, const std::string& path);
+// create/truncate, write, Sync, Close. Does not sync the directory.
+Status WriteStringToFileSync(Env* env, const std::string& path, std::string_view data);
+// tmp file + Sync + Rename + SyncDir(parent): the file is replaced atomically and durably.
+Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data);
+// Creates a directory and its missing parents (mkdir -p), syncing each parent
+// whose entry list changed so the new directories survive power loss.
+Status CreateDirs(Env* env, const std::string& path);
+// Removes a directory tree (files and subdirectories) through the Env.
+Status RemoveTree(Env* env, const std::string& path);
+std::string JoinPath(const std::string& a, const std::string& b);
+std::string DirName(const std::string& path);
+std::string BaseName(const std::string& path);
+
+}  // namespace ckpt

@@ -1,0 +1,54 @@
+// ChunkReader: reads stored chunks of one committed checkpoint directory,
+// checks their SHA-256 against the manifest and decodes them.
+//
+// Reads go straight to the chunk's recorded byte range through the Env (the
+// manifest records each chunk's file offset and stored size; the hash makes
+// that safe). Errors are kCorruption / kNotFound naming the file, tensor (or
+// object) and chunk index. Files are opened lazily and kept open.
+// Not thread-safe: one reader per thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckpt/base/env.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/base/status.h"
+
+namespace ckpt {
+
+class ChunkReader {
+ public:
+  ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes);
+
+  // Stored bytes of chunk `chunk` of `rec` in manifest file `file`, hash-checked.
+  // `what` names the tensor or object in errors. The span lives until the next call.
+  Result<std::span<const std::byte>> ReadStored(int file, const DatasetRecord& rec, int64_t chunk,
+                                                const std::string& what);
+  // Stored -> decoded chunk of chunk_elems * elem_size bytes. Same lifetime rule.
+  Result<std::span<const std::byte>> ReadDecoded(int file, const DatasetRecord& rec, int64_t chunk,
+                                                 size_t elem_size, const std::string& what);
+
+  int64_t bytes_read() const { return bytes_read_; }
+  int64_t chunks_read() const { return chunks_read_; }
+  int files_opened() const { return int(files_.size()); }
+  std::string FilePath(int file) const;
+  // "file '<path>', <what>, dataset '<d>', chunk <i>": the prefix of chunk errors.
+  std::string Where(int file, const DatasetRecord& rec, int64_t chunk, const std::string& what) const;
+
+ private:
+  Result<File*> Open(int file);
+
+  Env* env_;
+  std::string dir_;
+  const Manifest* manifest_;
+  bool verify_;
+  std::map<int, std::unique_ptr<File>> files_;
+  std::vector<std::byte> stored_, decoded_;
+  int64_t bytes_read_ = 0, chunks_read_ = 0;
+};
+
+}  // namespace ckpt

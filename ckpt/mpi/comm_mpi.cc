@@ -1,0 +1,279 @@
+// MpiComm: Gather/Broadcast as polled nonblocking point-to-point with deadlines.
+#include "ckpt/mpi/comm_mpi.h"
+
+#include <algorithm>
+#include <climits>
+#include <thread>
+
+namespace ckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool MpiFinalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// Sleeps between polls: short at first (answers usually come fast), backing
+// off so oversubscribed ranks leave the cores to the ranks doing real work.
+class Backoff {
+ public:
+  void Wait() {
+    std::this_thread::sleep_for(std::chrono::microseconds(us_));
+    us_ = std::min(us_ * 2, 1000);
+  }
+
+ private:
+  int us_ = 20;
+};
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+std::vector<int> AllBut(int size, int skip) {
+  std::vector<int> v;
+  for (int r = 0; r < size; ++r)
+    if (r != skip) v.push_back(r);
+  return v;
+}
+
+}  // namespace
+
+Status MpiStatus(int rc, std::string_view what) {
+  if (rc == MPI_SUCCESS) return Status::Ok();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return Status::Internal(std::string(what) + " failed: " + std::string(text, size_t(len)));
+}
+
+// ---- MpiSession ----
+
+Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
+  if (initialized) {
+    CKPT_RETURN_IF_ERROR(MpiStatus(MPI_Query_thread(&provided), "MPI_Query_thread"));
+    return std::unique_ptr<MpiSession>(new MpiSession(provided, /*owns=*/false));
+  }
+  CKPT_RETURN_IF_ERROR(
+      MpiStatus(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread"));
+  auto session = std::unique_ptr<MpiSession>(new MpiSession(provided, /*owns=*/true));
+  if (provided < MPI_THREAD_SERIALIZED)
+    return Status::FailedPrecondition("MPI provides thread level " + std::to_string(provided) +
+                                      "; ckpt needs MPI_THREAD_SERIALIZED or better");
+  return session;
+}
+
+MpiSession::~MpiSession() {
+  if (owns_ && !MpiFinalized()) MPI_Finalize();
+}
+
+// ---- MpiComm ----
+
+Result<std::unique_ptr<MpiComm>> MpiComm::Create(MPI_Comm base) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized || MpiFinalized())
+    return Status::FailedPrecondition("MpiComm::Create: MPI is not initialized (use MpiSession)");
+  MPI_Comm dup = MPI_COMM_NULL;
+  CKPT_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(base, &dup), "MPI_Comm_dup"));
+  CKPT_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
+  int rank = 0, size = 0, flag = 0;
+  int* tag_ub = nullptr;
+  MPI_Comm_rank(dup, &rank);
+  MPI_Comm_size(dup, &size);
+  MPI_Comm_get_attr(dup, MPI_TAG_UB, &tag_ub, &flag);
+  // MPI guarantees MPI_TAG_UB >= 32767.
+  int tag_limit = (flag && tag_ub) ? *tag_ub : 32767;
+  return std::unique_ptr<MpiComm>(new MpiComm(dup, rank, size, tag_limit));
+}
+
+MpiComm::~MpiComm() {
+  if (MpiFinalized()) return;
+  Reap();
+  for (Pending& p : pending_) {
+    MPI_Request_free(&p.request);
+    // Leaked on purpose: MPI may still read or write the buffer.
+    static_cast<void>(new std::shared_ptr<std::string>(std::move(p.buffer)));
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+Result<std::unique_ptr<MpiComm>> MpiComm::Split(int color, int key) {
+  if (color < 0)
+    return Status::InvalidArgument("MpiComm::Split: color must be >= 0, got " +
+                                   std::to_string(color));
+  MPI_Comm sub = MPI_COMM_NULL;
+  CKPT_RETURN_IF_ERROR(MpiStatus(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split"));
+  CKPT_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
+  int rank = 0, size = 0;
+  MPI_Comm_rank(sub, &rank);
+  MPI_Comm_size(sub, &size);
+  return std::unique_ptr<MpiComm>(new MpiComm(sub, rank, size, tag_limit_));
+}
+
+int MpiComm::NextTag() { return int(seq_++ % uint64_t(tag_limit_)); }
+
+Status MpiComm::CheckRoot(int root, std::string_view phase) const {
+  if (root >= 0 && root < size_) return Status::Ok();
+  return Status::InvalidArgument("rank " + std::to_string(rank_) + ": root " +
+                                 std::to_string(root) + " outside communicator of " +
+                                 std::to_string(size_) + " in phase '" + std::string(phase) + "'");
+}
+
+std::string MpiComm::TimeoutMessage(std::string_view what, const std::vector<int>& ranks,
+                                    Millis timeout, std::string_view phase) const {
+  return "rank " + std::to_string(rank_) + ": " + std::string(what) + " rank(s) " +
+         RankList(ranks) + " within " + std::to_string(timeout.count()) + " ms in phase '" +
+         std::string(phase) + "'";
+}
+
+void MpiComm::Reap() {
+  std::erase_if(pending_, [](Pending& p) {
+    int done = 0;
+    MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  });
+}
+
+Result<std::vector<std::string>> MpiComm::Gather(const std::string& mine, int root, Millis timeout,
+                                                 std::string_view phase) {
+  CKPT_RETURN_IF_ERROR(CheckRoot(root, phase));
+  Reap();
+  int tag = NextTag();
+  auto deadline = Clock::now() + timeout;
+  if (rank_ != root) {
+    CKPT_RETURN_IF_ERROR(SendAll(mine, {root}, tag, deadline, timeout, phase));
+    return std::vector<std::string>{};
+  }
+  std::vector<int> srcs = AllBut(size_, root);
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> got, RecvAll(srcs, tag, deadline, timeout, phase));
+  std::vector<std::string> out(size_);
+  out[root] = mine;
+  for (size_t i = 0; i < srcs.size(); ++i) out[srcs[i]] = std::move(got[i]);
+  return out;
+}
+
+Result<std::string> MpiComm::Broadcast(const std::string& msg, int root, Millis timeout,
+                                       std::string_view phase) {
+  CKPT_RETURN_IF_ERROR(CheckRoot(root, phase));
+  Reap();
+  int tag = NextTag();
+  auto deadline = Clock::now() + timeout;
+  if (rank_ == root) {
+    CKPT_RETURN_IF_ERROR(SendAll(msg, AllBut(size_, root), tag, deadline, timeout, phase));
+    return msg;
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> got,
+                        RecvAll({root}, tag, deadline, timeout, phase));
+  return std::move(got.front());
+}
+
+Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, int tag,
+                        Clock::time_point deadline, Millis timeout, std::string_view phase) {
+  if (msg.size() > size_t(INT_MAX))
+    return Status::InvalidArgument("rank " + std::to_string(rank_) + ": message of " +
+                                   std::to_string(msg.size()) + " bytes is too large in phase '" +
+                                   std::string(phase) + "'");
+  // One shared copy: it must outlive the requests even if we return early.
+  auto buffer = std::make_shared<std::string>(msg);
+  std::vector<MPI_Request> reqs(dsts.size(), MPI_REQUEST_NULL);
+  Status st;
+  for (size_t i = 0; i < dsts.size() && st.ok(); ++i)
+    st = MpiStatus(
+        MPI_Isend(buffer->data(), int(buffer->size()), MPI_BYTE, dsts[i], tag, comm_, &reqs[i]),
+        "MPI_Isend");
+  // MPI_Testsome (not Testall, which is all-or-nothing) nulls each finished
+  // request, so on timeout the live ones name exactly the ranks missing.
+  std::vector<int> done_idx(reqs.size());
+  size_t left = reqs.size();
+  Backoff backoff;
+  while (st.ok() && left > 0) {
+    int n_done = 0;
+    st = MpiStatus(
+        MPI_Testsome(int(reqs.size()), reqs.data(), &n_done, done_idx.data(), MPI_STATUSES_IGNORE),
+        "MPI_Testsome");
+    if (!st.ok() || n_done == MPI_UNDEFINED) break;  // undefined: none left active
+    if (n_done > 0) {
+      left -= size_t(n_done);
+      continue;
+    }
+    if (Clock::now() >= deadline) {
+      std::vector<int> missing;
+      for (size_t i = 0; i < reqs.size(); ++i)
+        if (reqs[i] != MPI_REQUEST_NULL) missing.push_back(dsts[i]);
+      st = Status::Timeout(TimeoutMessage("message not taken by", missing, timeout, phase));
+      break;
+    }
+    backoff.Wait();
+  }
+  // Completed requests are MPI_REQUEST_NULL; hand the rest, with the buffer, to pending_.
+  for (MPI_Request r : reqs)
+    if (r != MPI_REQUEST_NULL) pending_.push_back({r, buffer});
+  return st;
+}
+
+Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, int tag,
+                                                  Clock::time_point deadline, Millis timeout,
+                                                  std::string_view phase) {
+  enum class State { kProbing, kReceiving, kDone };
+  std::vector<State> state(srcs.size(), State::kProbing);
+  std::vector<std::shared_ptr<std::string>> bufs(srcs.size());
+  std::vector<MPI_Request> reqs(srcs.size(), MPI_REQUEST_NULL);
+  Status st;
+  Backoff backoff;
+  for (size_t left = srcs.size(); left > 0 && st.ok();) {
+    bool progressed = false;
+    for (size_t i = 0; i < srcs.size() && st.ok(); ++i) {
+      if (state[i] == State::kProbing) {
+        int found = 0;
+        MPI_Message m;
+        MPI_Status s;
+        st = MpiStatus(MPI_Improbe(srcs[i], tag, comm_, &found, &m, &s), "MPI_Improbe");
+        if (!st.ok() || !found) continue;
+        int count = 0;
+        MPI_Get_count(&s, MPI_BYTE, &count);
+        bufs[i] = std::make_shared<std::string>(size_t(count), '\0');
+        st = MpiStatus(MPI_Imrecv(bufs[i]->data(), count, MPI_BYTE, &m, &reqs[i]), "MPI_Imrecv");
+        state[i] = State::kReceiving;
+      }
+      if (st.ok() && state[i] == State::kReceiving) {
+        int done = 0;
+        st = MpiStatus(MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (done) {
+          state[i] = State::kDone;
+          --left;
+          progressed = true;
+        }
+      }
+    }
+    if (!st.ok() || left == 0 || progressed) continue;
+    if (Clock::now() >= deadline) {
+      std::vector<int> missing;
+      for (size_t i = 0; i < srcs.size(); ++i)
+        if (state[i] != State::kDone) missing.push_back(srcs[i]);
+      st = Status::Timeout(TimeoutMessage("no answer from", missing, timeout, phase));
+      break;
+    }
+    backoff.Wait();
+  }
+  // Matched receives cannot be cancelled; keep them (and their buffers) alive.
+  for (size_t i = 0; i < srcs.size(); ++i)
+    if (state[i] == State::kReceiving) pending_.push_back({reqs[i], std::move(bufs[i])});
+  if (!st.ok()) return st;
+  std::vector<std::string> out;
+  out.reserve(srcs.size());
+  for (auto& b : bufs) out.push_back(std::move(*b));
+  return out;
+}
+
+}  // namespace ckpt

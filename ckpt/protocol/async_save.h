@@ -1,0 +1,114 @@
+// AsyncSaver: checkpoint saves whose only blocking part is a snapshot copy.
+//
+// Start() waits for the previous save of this saver (at most one in flight),
+// copies every tensor and object of the state into host buffers owned by the
+// saver (reused across saves; on a GPU these would be pinned), and returns;
+// a background thread then runs the full SaveCheckpoint protocol on the
+// snapshot, so training may overwrite its buffers at once. Wait() joins the
+// background save and returns its result. A failure or crash in the
+// background never publishes a partial checkpoint: the previous one stays
+// latest (same commit protocol as a synchronous save). Because the next
+// Start joins the previous save first, two saves of one saver never
+// interleave: they commit in Start order and the tracker ends at the last.
+//
+// Collectives: the background thread uses the Comm given at construction,
+// which must be dedicated to this saver (e.g. its own MpiComm duplicate) and
+// safe to use from another thread (MPI_THREAD_MULTIPLE when the caller also
+// uses MPI). Every rank must call Start/Wait in the same order.
+// Thread-safety: one thread calls Start/Wait and the accessors.
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/snapshot_memory.h"
+
+namespace ckpt {
+
+struct AsyncSaveOptions {
+  // true (the default, and the only correct mode): Start copies the state.
+  // false is a NEGATIVE CONTROL ONLY: Start copies nothing and the background
+  // save reads the caller's live tensor buffers (objects are still copied),
+  // so whatever the caller writes into them before the background save has
+  // read them ends up in the checkpoint - a checkpoint of no single
+  // iteration. Never use it for real saves.
+  bool snapshot = true;
+  // TEST HOOK: the background thread sleeps this long before it starts
+  // SaveCheckpoint (before any data is read or written), so a test can make
+  // "training overwrites the buffers first" or "the next save arrives while
+  // this one is in flight" deterministic instead of a matter of luck.
+  Millis delay_before_save{0};
+  // Where the snapshot lives and how it is copied (ckpt/protocol/snapshot_memory.h);
+  // nullptr = HostSnapshotMemory(). Pinned memory (ckpt/gpu/gpu.h) also takes
+  // device-memory tensors. Not owned; must outlive the saver.
+  SnapshotMemory* memory = nullptr;
+};
+
+struct AsyncStartStats {
+  double wait_previous_seconds = 0;  // blocked on the previous save
+  double snapshot_seconds = 0;       // copying the state
+  int64_t snapshot_bytes = 0;        // bytes copied (0 with snapshot = false)
+  double blocking_seconds() const { return wait_previous_seconds + snapshot_seconds; }
+  // Set when this Start joined a previous save (which then succeeded): that
+  // save's stats (its background time: last_background_seconds()).
+  bool joined_previous = false;
+  SaveStats previous;
+};
+
+class AsyncSaver {
+ public:
+  explicit AsyncSaver(Comm* comm, AsyncSaveOptions opts = {});
+  ~AsyncSaver();  // waits for a save in flight
+  AsyncSaver(const AsyncSaver&) = delete;
+  AsyncSaver& operator=(const AsyncSaver&) = delete;
+
+  // Snapshots `state` and starts saving it with `opts` (opts.comm is replaced
+  // by the saver's). The previous save's error, if any, is returned here and
+  // the new save is not started. With snapshot = false the caller's tensor
+  // buffers must stay alive until the save is joined.
+  Result<AsyncStartStats> Start(const ShardedStateDict& state, SaveOptions opts);
+  // Joins the save in flight (if any) and returns its stats.
+  Result<SaveStats> Wait();
+  bool in_flight() const { return pending_.valid(); }
+  // Of the last joined save, measured in its background thread: the seconds
+  // it spent there (the test delay included; 0 before any join), and when it
+  // began SaveCheckpoint, i.e. began reading the snapshot (or, without one,
+  // the live buffers) - after the test delay.
+  double last_background_seconds() const { return last_background_seconds_; }
+  std::chrono::steady_clock::time_point last_save_began() const { return last_save_began_; }
+  const AsyncSaveOptions& options() const { return opts_; }
+
+ private:
+  Status Snapshot(const ShardedStateDict& state);
+
+  struct Buffer {
+    std::byte* data = nullptr;
+    size_t bytes = 0;
+  };
+
+  Comm* comm_;
+  AsyncSaveOptions opts_;
+  SnapshotMemory* memory_;
+  std::vector<Buffer> buffers_;  // from memory_, reused across saves
+  ShardedStateDict snapshot_;
+  std::future<Result<SaveStats>> pending_;
+  // Written by the background thread, read only after the join (the
+  // future's get() orders the two), then copied into the last_* values.
+  double background_seconds_ = 0;
+  std::chrono::steady_clock::time_point save_began_{};
+  double last_background_seconds_ = 0;
+  std::chrono::steady_clock::time_point last_save_began_{};
+};
+
+// The baseline async blocking time is judged against: the median of `reps`
+// memcpys of every tensor of `state`, one after the other, into `dst` (at
+// least the tensors' total bytes). With `comm`, every rank starts each copy
+// after a barrier (as the snapshots of a job run: all ranks at once, sharing
+// the memory bandwidth); nullptr times this process alone.
+Result<double> MedianStateMemcpySeconds(const ShardedStateDict& state, std::span<std::byte> dst, int reps,
+                                        Comm* comm = nullptr, Millis timeout = Millis(60000));
+
+}  // namespace ckpt

@@ -1,0 +1,146 @@
+// Distributed save and load of a sharded state dict (the commit protocol).
+//
+// Save (every rank calls SaveCheckpoint with its own state dict and the same
+// options except its Comm endpoint):
+//  1. begin   rank 0 cleans stale tmp dirs, refuses an existing iter dir,
+//             creates <root>/.iter_N.tmp-<nonce>/ and broadcasts its name.
+//  2. plan    descriptors (or a rank's failure: validate, the "plan" step)
+//             are gathered on rank 0, which picks one writer for each
+//             distinct shard among the ranks holding a replica of it
+//             (largest first, least-loaded rank) and broadcasts the choice.
+//  3. write   each rank writes its shards into rank_<r>.h5 and fsyncs it.
+//  4. vote    each rank sends ok + its shard index (or its error) to rank 0.
+//  5. commit  rank 0 checks coverage, writes manifest.json (tmp, fsync,
+//             rename, fsync dir), fsyncs the tmp dir, renames it to iter_N
+//             (never replacing one), fsyncs the root, then replaces the
+//             tracker the same way; broadcasts the outcome.
+// Any error or timeout on any rank before the dir rename aborts the save:
+// nothing becomes visible and the previous checkpoint stays latest. When rank
+// 0 times out on a rank in a gather (plan, vote, a load's agreement), it
+// tells the others, so every survivor's error names that rank and phase.
+// The commit point is the durable dir rename (root fsync done). An error
+// between the rename and that fsync fails the save but says the dir is
+// visible. An error after it (tracker update, the "commit" step) does not
+// fail the save: SaveStats::warning says what failed, the iteration is
+// committed and LatestIteration finds it although the tracker lags. Fsync
+// errors are never retried.
+//
+// Load: tracker -> iter dir -> manifest (self-hash verified) -> read plan
+// (reshard/read_plan.h) -> chunks read once each, hash-checked, decoded and
+// scattered into the requested buffers. Works for any layout change the
+// descriptors express (TP/PP/DP, flat ranges, padded vocab).
+//
+// Thread-safety: one call per rank at a time; buffers belong to the caller.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/base/comm.h"
+#include "ckpt/base/env.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/shard_file.h"
+#include "ckpt/base/sharded_tensor.h"
+#include "ckpt/base/status.h"
+#include "reshard/read_plan.h"
+
+namespace ckpt {
+
+// Called at each named protocol step ("begin", "plan", "shard_write",
+// "shard_fsync", "vote", "manifest_write", "manifest_rename", "dir_rename",
+// "root_fsync", "tracker_update", "commit"); a non-OK return fails the save
+// at that point. faults/ uses it to crash, hang or fail a rank mid-protocol.
+using StepHook = std::function<Status(std::string_view step, int rank)>;
+
+enum class NonFinitePolicy { kAllow, kWarn, kRefuse };
+
+struct SaveOptions {
+  std::string root;
+  int64_t iteration = 0;
+  Env* env = nullptr;    // nullptr: DefaultEnv()
+  Comm* comm = nullptr;  // nullptr: single process
+  ShardWriteOptions write;
+  Millis timeout{60000};  // per collective
+  nlohmann::json layout = nlohmann::json::object();
+  nlohmann::json metadata = nlohmann::json::object();
+  bool balance_replicas = true;  // spread replicated shards over their holders
+  NonFinitePolicy nonfinite = NonFinitePolicy::kAllow;
+  StepHook hook;
+};
+
+struct SaveStats {
+  int64_t iteration = 0;
+  int64_t bytes_written = 0;     // this rank's raw tensor bytes
+  int64_t file_bytes = 0;        // this rank's shard file size
+  int64_t shards_written = 0;
+  std::vector<int64_t> bytes_per_rank;  // rank 0 only: raw bytes each rank wrote
+  std::map<std::string, double> phase_seconds;
+  double seconds = 0;
+  // OK, or what failed after the commit point ("tracker update failed: ..."):
+  // the iteration is committed all the same (same on every rank for rank 0's
+  // tracker update; a rank's own "commit" step failure only on that rank).
+  Status warning;
+};
+
+Result<SaveStats> SaveCheckpoint(const ShardedStateDict& state, const SaveOptions& opts);
+
+// Cores per local rank: hardware threads / OMPI_COMM_WORLD_LOCAL_SIZE (>= 1).
+int DefaultLoadThreads();
+
+struct LoadOptions {
+  std::string root;
+  int64_t iteration = -1;  // -1: the tracker's
+  Env* env = nullptr;
+  Comm* comm = nullptr;    // when set, ranks agree on success (phase "load")
+  Millis timeout{60000};
+  bool verify_hashes = true;
+  bool fallback = false;   // on a bad latest checkpoint, try older committed ones
+  int threads = DefaultLoadThreads();  // read/verify/decode workers of this rank
+  // Read sharing (load_share.h): ranks of this communicator (e.g. the DP
+  // group, or the whole job) that need the same stored chunk read it once;
+  // the reader checks its hash and sends the stored bytes to the others.
+  // Collective over share_comm for every load attempt. nullptr or one rank: off.
+  Comm* share_comm = nullptr;
+  int64_t share_round_bytes = int64_t(64) << 20;  // bytes a rank sends per exchange round
+};
+
+struct LoadStats {
+  int64_t iteration = 0;
+  int64_t bytes_read = 0;   // stored bytes read
+  int64_t chunks_read = 0;
+  int64_t elements = 0;     // elements written into requested buffers
+  int64_t zero_filled = 0;  // padded-vocab elements zero-filled
+  int files_touched = 0;
+  int64_t bytes_received = 0;  // read sharing: stored bytes other ranks read for this one
+  int64_t bytes_sent = 0;      // read sharing: stored bytes this rank read for others
+  int64_t chunks_received = 0;
+  int share_rounds = 0;
+  double seconds = 0;
+  std::vector<std::string> skipped;  // fallback: iterations rejected and why
+};
+
+Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opts);
+
+// The iteration the tracker names (kNotFound if there is none; kCorruption if garbage).
+Result<int64_t> ReadTracker(Env* env, const std::string& root);
+// What "latest" means: the newest committed iteration at or above the
+// tracker's, so a save whose tracker update failed after the commit (the
+// tracker lags) is still found. Committed = an iter_N dir whose manifest reads
+// and verifies (ReadManifest); newer dirs that are not are skipped. No
+// tracker: the newest committed iteration (kNotFound if none). A garbage
+// tracker: its kCorruption (never guessed around). Reads only the manifests
+// of dirs newer than the tracker. (ckpt/protocol/latest.cc)
+Result<int64_t> LatestIteration(Env* env, const std::string& root);
+// Committed iterations present under root, ascending.
+Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root);
+// The manifest's shards as the read planner's input (chunk layout and stored sizes).
+std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m);
+// Reads and verifies the manifest of `iteration` (-1: the tracker's).
+Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iteration);
+
+}  // namespace ckpt

@@ -1,0 +1,126 @@
+#include "ckpt/protocol/commit.h"
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "reshard/intersect.h"
+
+namespace ckpt {
+namespace {
+
+std::string MakeNonce() {
+  std::random_device rd;
+  uint64_t v = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+Status RunHook(const StepHook& hook, std::string_view step, int rank) {
+  return hook ? hook(step, rank) : Status::Ok();
+}
+
+Status CleanStale(Env* env, const std::string& root) {
+  CKPT_ASSIGN_OR_RETURN(auto names, env->ListDir(root));
+  for (const auto& n : names) {
+    if (IsTmpIterDirName(n)) CKPT_RETURN_IF_ERROR(RemoveTree(env, JoinPath(root, n)));
+    if (n == std::string(kTrackerName) + ".tmp") CKPT_RETURN_IF_ERROR(env->RemoveFile(JoinPath(root, n)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::string> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration, const StepHook& hook) {
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "begin", 0));
+  CKPT_RETURN_IF_ERROR(CreateDirs(env, root));
+  CKPT_RETURN_IF_ERROR(CleanStale(env, root));
+  const std::string final_dir = JoinPath(root, IterDirName(iteration));
+  CKPT_ASSIGN_OR_RETURN(FileInfo existing, env->Stat(final_dir));
+  if (existing.exists)
+    return Status::AlreadyExists("checkpoint directory '" + final_dir + "' already exists; refusing to replace it");
+  std::string tmp = JoinPath(root, TmpIterDirName(iteration, MakeNonce()));
+  CKPT_RETURN_IF_ERROR(env->CreateDir(tmp));
+  return tmp;
+}
+
+Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
+                               const std::vector<const TensorEntry*>& tensors,
+                               const std::vector<const ObjectEntry*>& objects, const ShardWriteOptions& opts,
+                               const StepHook& hook) {
+  Manifest part;
+  if (tensors.empty() && objects.empty()) return part;
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "shard_write", rank));
+  const std::string name = ShardFileName(rank);
+  CKPT_ASSIGN_OR_RETURN(auto writer, ShardFileWriter::Create(env, JoinPath(tmp_dir, name), rank));
+  for (const TensorEntry* t : tensors) {
+    ShardedTensor meta = t->meta;
+    meta.replica_id.assign(meta.replica_id.size(), 0);  // the written copy is the main one
+    CKPT_ASSIGN_OR_RETURN(DatasetRecord rec, writer->WriteTensor(meta, t->data, opts));
+    part.shards.push_back({std::move(meta), 0, std::move(rec)});
+  }
+  for (const ObjectEntry* o : objects) {
+    CKPT_ASSIGN_OR_RETURN(DatasetRecord rec, writer->WriteObject(o->meta, o->bytes));
+    part.objects.push_back({o->meta, 0, o->bytes.size(), std::move(rec)});
+  }
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "shard_fsync", rank));
+  CKPT_RETURN_IF_ERROR(writer->Finish());
+  part.files.push_back({name, rank, writer->file_size()});
+  return part;
+}
+
+Result<Manifest> MergeManifests(const std::vector<Manifest>& parts, int64_t iteration, const nlohmann::json& layout,
+                                const nlohmann::json& metadata) {
+  Manifest m;
+  m.iteration = iteration;
+  m.layout = layout;
+  m.metadata = metadata;
+  for (const Manifest& part : parts) {
+    if (part.files.empty()) continue;
+    const int file = int(m.files.size());
+    m.files.push_back(part.files[0]);
+    for (const auto& s : part.shards) m.shards.push_back({s.meta, file, s.record});
+    for (const auto& o : part.objects) m.objects.push_back({o.meta, file, o.size, o.record});
+  }
+  std::map<std::string, std::vector<ShardedTensor>> by_key;
+  for (const auto& s : m.shards) by_key[s.meta.key].push_back(s.meta);
+  for (const auto& [key, shards] : by_key) {
+    for (const auto& s : shards)
+      if (s.dtype != shards[0].dtype || s.global_shape != shards[0].global_shape)
+        return Status::InvalidArgument("tensor '" + key + "': ranks disagree on dtype or global shape (" +
+                                       s.DebugString() + " vs " + shards[0].DebugString() + ")");
+    CKPT_RETURN_IF_ERROR(reshard::CheckCoverage(key, shards[0].global_shape, shards));
+  }
+  std::map<std::pair<std::string, int64_t>, int> cells;
+  for (const auto& o : m.objects)
+    if (cells[{o.meta.key, o.meta.cell()}]++)
+      return Status::InvalidArgument("object '" + o.meta.key + "' cell " + std::to_string(o.meta.cell()) +
+                                     " written by two ranks");
+  return m;
+}
+
+Status PublishCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir, const Manifest& m,
+                         const StepHook& hook, bool* published) {
+  const std::string manifest = JoinPath(tmp_dir, kManifestName);
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "manifest_write", 0));
+  CKPT_RETURN_IF_ERROR(WriteStringToFileSync(env, manifest + ".tmp", SerializeManifest(m)));
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "manifest_rename", 0));
+  CKPT_RETURN_IF_ERROR(env->Rename(manifest + ".tmp", manifest));
+  CKPT_RETURN_IF_ERROR(env->SyncDir(tmp_dir));
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "dir_rename", 0));
+  const std::string final_dir = JoinPath(root, IterDirName(m.iteration));
+  CKPT_RETURN_IF_ERROR(env->RenameNoReplace(tmp_dir, final_dir));
+  *published = true;
+  const std::string not_durable = final_dir + " is visible but its rename may not survive a crash";
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "root_fsync", 0).WithContext(not_durable));
+  return env->SyncDir(root).WithContext(not_durable);
+}
+
+Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook) {
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "tracker_update", 0));
+  return WriteFileAtomic(env, JoinPath(root, kTrackerName), std::to_string(iteration) + "\n");
+}
+
+}  // namespace ckpt

@@ -1,0 +1,51 @@
+// The building blocks of a commit, shared by SaveCheckpoint (one rank each,
+// over a Comm) and the offline resharder (one process writing every rank's
+// file in turn): prepare the tmp dir, write one rank's shard file, merge the
+// per-rank indexes into a manifest, publish it atomically.
+//
+// Failure: every function returns the first error; nothing is visible under
+// the root until PublishCheckpoint's directory rename succeeds. Thread-safe
+// as far as the Env is (distinct ranks may write concurrently).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/protocol/checkpoint.h"
+
+namespace ckpt {
+
+// Creates root if needed, deletes stale tmp dirs and tracker tmp files,
+// refuses an existing iter dir (kAlreadyExists), creates and returns a fresh
+// "<root>/.iter_N.tmp-<nonce>".
+Result<std::string> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration, const StepHook& hook);
+
+// Writes `tensors` (as main replicas) and `objects` into <tmp_dir>/rank_<r>.h5
+// and fsyncs it. Returns a one-file partial manifest (no file when both are empty).
+Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
+                               const std::vector<const TensorEntry*>& tensors,
+                               const std::vector<const ObjectEntry*>& objects, const ShardWriteOptions& opts,
+                               const StepHook& hook);
+
+// Joins per-rank partial manifests; checks that ranks agree on dtype and global
+// shape, that every tensor is covered exactly once, and that no object cell is
+// written twice (errors name the tensor).
+Result<Manifest> MergeManifests(const std::vector<Manifest>& parts, int64_t iteration, const nlohmann::json& layout,
+                                const nlohmann::json& metadata);
+
+// manifest (tmp, fsync, rename, fsync dir), fsync tmp dir, rename it to iter_N
+// without replacing, fsync root. OK: committed (the rename is durable).
+// *published turns true once the directory is visible (after that it must
+// never be removed); an error after that (the root fsync) says the directory
+// is visible but may not survive a crash.
+Status PublishCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir, const Manifest& m,
+                         const StepHook& hook, bool* published);
+
+// After PublishCheckpoint: points the tracker at `iteration` (tmp, fsync,
+// rename, fsync root). Its failure does not undo the commit: the tracker then
+// lags, and LatestIteration (checkpoint.h) still finds the iteration.
+Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook);
+
+}  // namespace ckpt

@@ -1,0 +1,329 @@
+// LoadCheckpoint: tracker -> manifest -> read plan -> hash-checked chunks.
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <thread>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/format/chunk_reader.h"
+#include "ckpt/protocol/load_internal.h"
+#include "ckpt/protocol/load_share.h"
+#include "ckpt/format/codec.h"
+#include "reshard/read_plan.h"
+
+namespace ckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+
+using load_internal::ChunkKey;
+using load_internal::ChunkPlan;
+
+// Reads, checks and scatters chunks order[begin, end) with its own reader.
+Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, size_t begin, size_t end,
+                     ChunkReader& reader, const std::atomic<bool>& stop, int64_t* elements) {
+  for (size_t i = begin; i < end && !stop.load(std::memory_order_relaxed); ++i) {
+    const ChunkKey& key = cp.order[i];
+    const ManifestShard& s = m.shards[key.first];
+    CKPT_ASSIGN_OR_RETURN(auto chunk, reader.ReadDecoded(s.file, s.record, key.second, DTypeSize(s.meta.dtype),
+                                                         "tensor '" + s.meta.key + "'"));
+    CKPT_RETURN_IF_ERROR(load_internal::Scatter(state, m, cp, key, chunk, reader.FilePath(s.file), elements));
+  }
+  return Status::Ok();
+}
+
+// Fills every requested tensor of `state` from one verified manifest. Distinct
+// chunks are read once each; `threads` workers take contiguous runs of the
+// (file, offset)-ordered chunk list, so each reads its files front to back and
+// hashing/decoding runs in parallel.
+Status LoadTensors(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, const std::string& dir,
+                   const LoadOptions& opts, Env* env, LoadStats* stats) {
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(size_t(std::max(opts.threads, 1)), cp.order.size()));
+  std::vector<std::unique_ptr<ChunkReader>> readers;
+  std::vector<Status> results(workers);
+  std::vector<int64_t> elements(workers, 0);
+  std::atomic<bool> stop{false};
+  for (size_t w = 0; w < workers; ++w) readers.push_back(std::make_unique<ChunkReader>(env, dir, &m, opts.verify_hashes));
+  load_internal::RunWorkers(workers, [&](size_t w) {
+    const size_t begin = cp.order.size() * w / workers, end = cp.order.size() * (w + 1) / workers;
+    results[w] = ScatterChunks(state, m, cp, begin, end, *readers[w], stop, &elements[w]);
+    if (!results[w].ok()) stop = true;
+  });
+  for (size_t w = 0; w < workers; ++w) {
+    CKPT_RETURN_IF_ERROR(results[w]);
+    stats->elements += elements[w];
+    stats->bytes_read += readers[w]->bytes_read();
+    stats->chunks_read += readers[w]->chunks_read();
+  }
+  return Status::Ok();
+}
+
+Status LoadObjects(ShardedStateDict& state, const Manifest& m, ChunkReader& reader) {
+  std::map<std::pair<std::string, int64_t>, const ManifestObject*> index;
+  for (const auto& o : m.objects) index[{o.meta.key, o.meta.cell()}] = &o;
+  for (auto& want : state.objects()) {
+    auto it = index.find({want.meta.key, want.meta.cell()});
+    if (it == index.end())
+      return Status::NotFound("object '" + want.meta.key + "' cell " + std::to_string(want.meta.cell()) +
+                              " is not in checkpoint iteration " + std::to_string(m.iteration));
+    const ManifestObject& o = *it->second;
+    want.bytes.clear();
+    for (int64_t c = 0; c < int64_t(o.record.chunks.size()); ++c) {
+      CKPT_ASSIGN_OR_RETURN(auto bytes, reader.ReadDecoded(o.file, o.record, c, 1, "object '" + o.meta.key + "'"));
+      want.bytes.insert(want.bytes.end(), bytes.begin(), bytes.end());
+    }
+    want.bytes.resize(o.size);  // drop the padding of the last chunk
+  }
+  return Status::Ok();
+}
+
+bool SharesReads(const LoadOptions& opts) { return opts.share_comm && opts.share_comm->size() > 1; }
+
+Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration) {
+  Result<Manifest> m = ReadManifest(env, opts.root, iteration);
+  LoadStats stats;
+  Result<ChunkPlan> cp = m.ok() ? load_internal::PlanChunks(state, *m, &stats) : Result<ChunkPlan>(m.status());
+  const std::string dir = JoinPath(opts.root, IterDirName(m.ok() ? m->iteration : iteration));
+  if (SharesReads(opts)) {
+    // Collective over the group even when this rank could not plan: its error
+    // reaches the others at once instead of after a deadline.
+    CKPT_RETURN_IF_ERROR(SharedLoadTensors(state, m.ok() ? &*m : nullptr, cp, dir, opts, env, &stats));
+  } else {
+    if (!cp.ok()) return cp.status();
+    CKPT_RETURN_IF_ERROR(LoadTensors(state, *m, *cp, dir, opts, env, &stats));
+  }
+  std::set<int> files;
+  for (const auto& key : cp->order) files.insert(m->shards[key.first].file);
+  stats.files_touched = int(files.size());
+  stats.iteration = m->iteration;
+  ChunkReader reader(env, dir, &*m, opts.verify_hashes);
+  CKPT_RETURN_IF_ERROR(LoadObjects(state, *m, reader));
+  stats.bytes_read += reader.bytes_read();
+  stats.chunks_read += reader.chunks_read();
+  return stats;
+}
+
+// The first rank whose message starts with one of `prefixes` (3 letters),
+// preferring one that hit its error itself over one relaying a read-sharing
+// peer's error; -1 if none.
+int FirstFailure(const std::vector<std::string>& all, std::string_view prefixes) {
+  int failed = -1;
+  auto relayed = [&](int i) { return all[i].find(load_internal::kRelayedErrorMark) != std::string::npos; };
+  for (int i = 0; i < int(all.size()); ++i) {
+    if (all[i].size() < 3 || prefixes.find(all[i].substr(0, 3)) == std::string_view::npos) continue;
+    if (failed < 0 || (relayed(failed) && !relayed(i))) failed = i;
+  }
+  return failed;
+}
+
+bool WorthFallingBack(const Status& s) {
+  return s.code() == Code::kCorruption || s.code() == Code::kNotFound || s.code() == Code::kIOError;
+}
+
+// Every rank's outcome of one attempt: "" when all ranks succeeded, else the
+// first failing rank's status text; *worth_fallback says whether every
+// failure was damage or absence (so an older iteration may still load).
+Result<std::string> AgreeOnAttempt(const Result<LoadStats>& r, const LoadOptions& opts, bool* worth_fallback) {
+  *worth_fallback = r.ok() || WorthFallingBack(r.status());
+  if (!opts.comm || opts.comm->size() == 1) return r.ok() ? std::string() : r.status().ToString();
+  std::string mine = r.ok() ? "OK" : std::string(*worth_fallback ? "ERF" : "ERR") + r.status().ToString();
+  CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));
+  for (const auto& a : all)
+    if (a.substr(0, 3) == "ERR") *worth_fallback = false;
+  const int failed = FirstFailure(all, "ERR ERF");
+  std::string first;
+  if (failed >= 0) first = "rank " + std::to_string(failed) + ": " + all[failed].substr(3);
+  return first;
+}
+
+Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
+  Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(env, opts.root);
+  if (!opts.fallback) {
+    if (!tracked.ok()) return tracked.status();
+    return LoadIteration(state, opts, env, *tracked);
+  }
+  // Fallback: newest committed iteration (at or below the requested one) that
+  // loads and verifies on every rank; the ranks decide each attempt together,
+  // so one rank's damaged file moves all of them to the same older iteration.
+  CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, opts.root));
+  std::vector<std::string> skipped;
+  if (!tracked.ok()) skipped.push_back("tracker: " + tracked.status().ToString());
+  for (auto it = iters.rbegin(); it != iters.rend(); ++it) {
+    if (tracked.ok() && *it > *tracked) continue;
+    auto r = LoadIteration(state, opts, env, *it);
+    bool worth = true;
+    CKPT_ASSIGN_OR_RETURN(std::string failure, AgreeOnAttempt(r, opts, &worth));
+    if (failure.empty()) {
+      r->skipped = skipped;
+      return r;
+    }
+    if (!worth) return Status::Aborted("load of " + IterDirName(*it) + " failed on " + failure);
+    skipped.push_back(IterDirName(*it) + ": " + failure);
+  }
+  std::string why = "no loadable checkpoint under '" + opts.root + "'";
+  for (const auto& s : skipped) why += "; " + s;
+  return Status::NotFound(why);
+}
+
+}  // namespace
+
+namespace load_internal {
+
+Result<ChunkPlan> PlanChunks(ShardedStateDict& state, const Manifest& m, LoadStats* stats) {
+  std::vector<ShardedTensor> requests;
+  for (const auto& t : state.tensors()) requests.push_back(t.meta);
+  ChunkPlan cp;
+  CKPT_ASSIGN_OR_RETURN(cp.plan, reshard::PlanReads(SavedShardsOf(m), requests));
+  for (const auto& rp : cp.plan.requests) {
+    if (rp.zero_fill_elems > 0) {
+      auto& buf = state.tensors()[rp.request].data;
+      std::memset(buf.data(), 0, buf.size());
+    }
+    stats->zero_filled += rp.zero_fill_elems;
+    for (const auto& cr : rp.reads) cp.targets[{cr.saved_shard, cr.chunk}].push_back({rp.request, &cr.runs});
+  }
+  for (const auto& [k, v] : cp.targets) cp.order.push_back(k);
+  std::sort(cp.order.begin(), cp.order.end(), [&](const ChunkKey& a, const ChunkKey& b) {
+    const ManifestShard &sa = m.shards[a.first], &sb = m.shards[b.first];
+    if (sa.file != sb.file) return sa.file < sb.file;
+    return sa.record.chunks[a.second].file_offset < sb.record.chunks[b.second].file_offset;
+  });
+  return cp;
+}
+
+Status Scatter(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, const ChunkKey& key,
+               std::span<const std::byte> chunk, const std::string& file_path, int64_t* elements) {
+  const ManifestShard& s = m.shards[key.first];
+  const size_t es = DTypeSize(s.meta.dtype);
+  for (const Target& t : cp.targets.at(key)) {
+    std::byte* dst = state.tensors()[t.request].data.data();
+    for (const auto& run : *t.runs) {
+      if (size_t(run.src + run.len) * es > chunk.size())
+        return Status::Corruption("tensor '" + s.meta.key + "': chunk " + std::to_string(key.second) + " of " +
+                                  file_path + " is shorter than its layout");
+      std::memcpy(dst + run.dst * es, chunk.data() + run.src * es, size_t(run.len) * es);
+      *elements += run.len;
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::span<const std::byte>> DecodeStored(const DatasetRecord& rec, int64_t chunk, size_t elem_size,
+                                                std::span<const std::byte> stored, std::vector<std::byte>* buf,
+                                                const std::string& where) {
+  const size_t raw = size_t(rec.chunk_elems) * elem_size;
+  if (rec.compression == Compression::kNone) {
+    if (stored.size() != raw)
+      return Status::Corruption(where + ": stored size " + std::to_string(stored.size()) + " is not the chunk size");
+    return stored;
+  }
+  buf->resize(raw);
+  Status st = DecodeChunk(stored, elem_size, rec.compression, rec.shuffle, *buf);
+  if (!st.ok()) return st.WithContext(where + ", chunk " + std::to_string(chunk));
+  return std::span<const std::byte>(*buf);
+}
+
+void RunWorkers(size_t n, const std::function<void(size_t)>& fn) {
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < n; ++w) pool.emplace_back(fn, w);
+  if (n > 0) fn(0);
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace load_internal
+
+std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m) {
+  std::vector<reshard::SavedShard> saved;
+  saved.reserve(m.shards.size());
+  for (const auto& s : m.shards) {
+    reshard::SavedShard ss{s.meta, s.file, s.record.chunk_elems, {}};
+    for (const auto& c : s.record.chunks) ss.chunk_stored_bytes.push_back(int64_t(c.stored_size));
+    saved.push_back(std::move(ss));
+  }
+  return saved;
+}
+
+int DefaultLoadThreads() {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
+  return std::max(1, int(hw) / ranks);
+}
+
+Result<int64_t> ReadTracker(Env* env, const std::string& root) {
+  const std::string path = JoinPath(root, kTrackerName);
+  CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
+  if (!info.exists) return Status::NotFound("no checkpoint tracker '" + path + "'");
+  CKPT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, path));
+  std::string_view v(text);
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ' || v.back() == '\r')) v.remove_suffix(1);
+  if (v.empty()) return Status::Corruption("checkpoint tracker '" + path + "' is empty");
+  if (!AllDigits(v) || v.size() > 18)
+    return Status::Corruption("checkpoint tracker '" + path + "' does not hold an iteration number: '" +
+                              std::string(v.substr(0, 40)) + "'");
+  return std::stoll(std::string(v));
+}
+
+Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root) {
+  CKPT_ASSIGN_OR_RETURN(auto names, env->ListDir(root));
+  std::vector<int64_t> iters;
+  for (const auto& n : names) {
+    auto it = ParseIterDirName(n);
+    if (!it.ok()) continue;
+    CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(JoinPath(root, n)));
+    if (info.is_dir) iters.push_back(*it);
+  }
+  std::sort(iters.begin(), iters.end());
+  return iters;
+}
+
+Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iteration) {
+  if (iteration < 0) {
+    CKPT_ASSIGN_OR_RETURN(iteration, LatestIteration(env, root));
+  }
+  const std::string dir = JoinPath(root, IterDirName(iteration));
+  CKPT_ASSIGN_OR_RETURN(FileInfo d, env->Stat(dir));
+  if (!d.is_dir) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
+  const std::string path = JoinPath(dir, kManifestName);
+  CKPT_ASSIGN_OR_RETURN(FileInfo f, env->Stat(path));
+  if (!f.exists)
+    return Status::Corruption("checkpoint directory '" + dir + "' has no manifest: not a committed checkpoint");
+  CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, path));
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes, path));
+  if (m.iteration != iteration)
+    return Status::Corruption("manifest '" + path + "' is for iteration " + std::to_string(m.iteration));
+  return m;
+}
+
+Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opts) {
+  const auto start = Clock::now();
+  Env* env = opts.env ? opts.env : DefaultEnv();
+  Result<LoadStats> r = LoadLocal(state, opts, env);
+  if (opts.comm && opts.comm->size() > 1 && !opts.fallback) {  // fallback agrees per attempt
+    // Agree: a rank that failed makes every rank fail, naming it (the rank
+    // that hit the error, not one relaying it for its read-sharing group).
+    std::string mine = r.ok() ? "OK" + std::to_string(r->iteration) : "ERR" + r.status().ToString();
+    CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));
+    const int failed = FirstFailure(all, "ERR");
+    if (failed >= 0 && failed != opts.comm->rank())
+      return Status::Aborted("load failed on rank " + std::to_string(failed) + ": " + all[failed].substr(3));
+    for (int i = 0; failed < 0 && i < int(all.size()); ++i)
+      if (all[i] != all[opts.comm->rank()])
+        return Status::Aborted("ranks loaded different iterations (rank " + std::to_string(i) + ": " +
+                               all[i].substr(2) + ")");
+  }
+  if (!r.ok()) return r.status().WithContext("load from '" + opts.root + "'");
+  r->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,61 @@
+// Internals shared by the loader (load.cc) and its shared-read path
+// (load_share.cc): which chunks a rank needs, where their elements land, and
+// the worker pool that reads them. Not a public API.
+//
+// Thread-safety: ChunkPlan is read-only once built; Scatter may run on several
+// threads at once for different chunks (saved shards never overlap, so two
+// chunks never write the same destination element).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/format/manifest.h"
+#include "reshard/read_plan.h"
+
+namespace ckpt::load_internal {
+
+// Ends the message of an error one rank relays for another of its read-sharing
+// group (load_share.cc), so agreement names the rank that hit it.
+inline constexpr std::string_view kRelayedErrorMark = ", which shares load reads with this rank)";
+
+using ChunkKey = std::pair<int, int64_t>;  // (saved shard, chunk)
+
+struct Target {
+  int request;
+  const std::vector<reshard::CopyRun>* runs;  // points into ChunkPlan::plan
+};
+
+// Every chunk this rank reads, in (file, offset) order, and where it goes.
+struct ChunkPlan {
+  reshard::ReadPlan plan;
+  std::map<ChunkKey, std::vector<Target>> targets;
+  std::vector<ChunkKey> order;
+};
+
+// Plans the reads of every tensor of `state` against `m` and zero-fills the
+// requests' padded-vocab parts (counted in stats->zero_filled).
+Result<ChunkPlan> PlanChunks(ShardedStateDict& state, const Manifest& m, LoadStats* stats);
+
+// Copies a decoded chunk into every request that needs it; adds the elements
+// copied to *elements. kCorruption if the chunk is shorter than its layout.
+Status Scatter(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, const ChunkKey& key,
+               std::span<const std::byte> decoded, const std::string& file_path, int64_t* elements);
+
+// Stored -> decoded bytes of chunk `chunk` of `rec` (raw chunks are returned
+// as they are; compressed ones are decoded into *buf). `where` prefixes errors.
+Result<std::span<const std::byte>> DecodeStored(const DatasetRecord& rec, int64_t chunk, size_t elem_size,
+                                                std::span<const std::byte> stored, std::vector<std::byte>* buf,
+                                                const std::string& where);
+
+// Runs fn(0..n-1), fn(0) on the calling thread, the rest on their own; joins all.
+void RunWorkers(size_t n, const std::function<void(size_t)>& fn);
+
+}  // namespace ckpt::load_internal

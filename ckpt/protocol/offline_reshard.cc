@@ -1,0 +1,80 @@
+#include "ckpt/protocol/offline_reshard.h"
+
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "ckpt/protocol/commit.h"
+
+namespace ckpt {
+
+Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, const RankStateFactory& factory) {
+  const auto start = std::chrono::steady_clock::now();
+  Env* env = opts.env ? opts.env : DefaultEnv();
+  OfflineReshardStats stats;
+  CKPT_ASSIGN_OR_RETURN(Manifest src, ReadManifest(env, opts.src_root, opts.src_iteration));
+  stats.src_iteration = src.iteration;
+  const int64_t dst_iter = opts.dst_iteration >= 0 ? opts.dst_iteration : src.iteration;
+  CKPT_ASSIGN_OR_RETURN(std::string tmp, PrepareSaveDir(env, opts.dst_root, dst_iter, nullptr));
+  auto abandon = [&](const Status& st) {
+    RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
+    return st;
+  };
+  // Nothing may be dropped silently: tensors the target layout does not
+  // request make the reshard fail; single-cell (layout-free) objects the
+  // factory does not request are carried over by target rank 0.
+  std::set<std::string> requested;
+  std::map<std::pair<std::string, int64_t>, const ManifestObject*> carry;
+  for (const auto& o : src.objects) carry[{o.meta.key, o.meta.cell()}] = &o;
+  std::vector<Manifest> parts;
+  for (int r = 0; r < opts.world_size; ++r) {
+    auto state = factory(r);
+    if (!state.ok()) return abandon(state.status().WithContext("target rank " + std::to_string(r)));
+    for (const auto& t : (*state)->dict().tensors()) requested.insert(t.meta.key);
+    for (const auto& o : (*state)->dict().objects()) carry.erase({o.meta.key, o.meta.cell()});
+    if (r == 0)
+      for (const auto& [cell, o] : carry)
+        if (NumElements(o->meta.global_shape) == 1) (*state)->dict().AddObject(o->meta);
+    LoadOptions lo;
+    lo.root = opts.src_root;
+    lo.iteration = src.iteration;
+    lo.env = env;
+    auto loaded = LoadCheckpoint((*state)->dict(), lo);
+    if (!loaded.ok()) return abandon(loaded.status().WithContext("reshard, target rank " + std::to_string(r)));
+    stats.bytes_read += loaded->bytes_read;
+    stats.elements += loaded->elements;
+    std::vector<const TensorEntry*> tensors;
+    for (const auto& t : (*state)->dict().tensors())
+      if (t.meta.is_main_replica()) {
+        tensors.push_back(&t);
+        stats.bytes_written += t.meta.num_bytes();
+      }
+    std::vector<const ObjectEntry*> objects;
+    for (const auto& o : (*state)->dict().objects())
+      if (o.meta.is_main_replica()) objects.push_back(&o);
+    auto part = WriteRankFile(env, tmp, r, tensors, objects, opts.write, nullptr);
+    if (!part.ok()) return abandon(part.status().WithContext("reshard, target rank " + std::to_string(r)));
+    parts.push_back(std::move(part).value());
+  }
+  std::string dropped;
+  for (const auto& s : src.shards)
+    if (!requested.count(s.meta.key) && dropped.find("'" + s.meta.key + "'") == std::string::npos)
+      dropped += (dropped.empty() ? "" : ", ") + ("'" + s.meta.key + "'");
+  for (const auto& [cell, o] : carry)
+    if (NumElements(o->meta.global_shape) != 1) dropped += (dropped.empty() ? "" : ", ") + ("object '" + o->meta.key + "'");
+  if (!dropped.empty())
+    return abandon(Status::FailedPrecondition("offline reshard would drop state the target layout does not describe: " +
+                                              dropped.substr(0, 400) + "; nothing was written"));
+  auto merged = MergeManifests(parts, dst_iter, opts.layout, opts.metadata);
+  if (!merged.ok()) return abandon(merged.status());
+  bool published = false;
+  Status st = PublishCheckpoint(env, opts.dst_root, tmp, *merged, nullptr, &published);
+  if (!st.ok()) return published ? st : abandon(st);
+  CKPT_RETURN_IF_ERROR(UpdateTracker(env, opts.dst_root, dst_iter, nullptr)
+                           .WithContext("committed " + JoinPath(opts.dst_root, IterDirName(dst_iter)) +
+                                        " but could not update the tracker"));
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace ckpt

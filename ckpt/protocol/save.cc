@@ -1,0 +1,248 @@
+// SaveCheckpoint: the multi-rank commit protocol (see checkpoint.h), built
+// from the blocks in commit.h plus the collectives that tie the ranks together.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/commit.h"
+#include "ckpt/protocol/save_plan.h"
+
+namespace ckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Messages between ranks carry either "OK<payload>" or "ERR<status text>".
+std::string OkMsg(const std::string& payload) { return "OK" + payload; }
+std::string ErrMsg(const Status& s) { return "ERR" + s.ToString(); }
+bool IsOk(std::string_view m) { return m.substr(0, 2) == "OK"; }
+// This rank aborts because another failed: keep the cause's text, without
+// stacking "Aborted: " prefixes when the cause was itself an abort.
+Status RemoteFailure(std::string_view err_msg) {
+  std::string_view text = err_msg.substr(3);
+  constexpr std::string_view kPrefix = "Aborted: ";
+  if (text.substr(0, kPrefix.size()) == kPrefix) text.remove_prefix(kPrefix.size());
+  return Status::Aborted(std::string(text));
+}
+
+// A post-commit warning: "<what>: <cause>", with the cause's code.
+Status Warning(std::string_view what, const Status& cause) {
+  return {cause.code(), std::string(what) + ": " + cause.ToString()};
+}
+
+class SaveRun {
+ public:
+  SaveRun(const ShardedStateDict& state, const SaveOptions& opts)
+      : state_(state), opts_(opts), env_(opts.env ? opts.env : DefaultEnv()),
+        comm_(opts.comm ? opts.comm : &local_), rank_(comm_->rank()) {}
+
+  Result<SaveStats> Run();
+
+ private:
+  Status Step(std::string_view step) { return opts_.hook ? opts_.hook(step, rank_) : Status::Ok(); }
+  std::string Where(std::string_view phase) const {
+    return "save iter " + std::to_string(opts_.iteration) + ", rank " + std::to_string(rank_) +
+           ", phase '" + std::string(phase) + "'";
+  }
+  void Timed(const char* phase, Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
+    stats_.phase_seconds[phase] += std::chrono::duration<double>(t1 - t0).count();
+  }
+
+  Result<std::string> Begin();  // rank 0 prepares; all learn the tmp dir
+  // Indices of my tensors to write. `ready` is this rank's failure so far
+  // (validate, the "plan" step): it travels in the plan gather, so every rank
+  // fails at once naming this one instead of waiting a deadline for it.
+  Result<std::vector<int>> PlanMyWrites(const Status& ready);
+  std::string DecidePlan(const std::vector<std::string>& held);  // rank 0
+  Result<Manifest> WriteMine(const std::vector<int>& mine);
+  Status CheckNonFinite(const TensorEntry& t);
+  // Gathers the votes; rank 0 commits and everyone learns the outcome and
+  // any post-commit warning (stats_.warning).
+  Result<std::string> VoteAndCommit(const std::string& vote);
+  std::string DecideCommit(const std::vector<std::string>& votes);  // rank 0
+  Result<Manifest> MergeVotes(const std::vector<std::string>& votes);
+  Status Commit(const std::vector<std::string>& votes);
+  // Rank 0, after a failure before the directory rename: the tmp dir is
+  // never visible, drop it.
+  void Abandon() {
+    if (rank_ == 0 && !published_ && !tmp_dir_.empty()) RemoveTree(env_, tmp_dir_).IgnoreError();
+  }
+
+  const ShardedStateDict& state_;
+  const SaveOptions& opts_;
+  Env* env_;
+  LocalComm local_;
+  Comm* comm_;
+  int rank_;
+  std::string tmp_dir_;
+  bool published_ = false;  // rank 0: the directory rename happened
+  bool committed_ = false;  // rank 0: ... and was made durable
+  SaveStats stats_;
+};
+
+Result<std::string> SaveRun::Begin() {
+  std::string msg;
+  if (rank_ == 0) {
+    auto tmp = PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook);
+    msg = tmp.ok() ? OkMsg(*tmp) : ErrMsg(tmp.status().WithContext(Where("begin")));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "begin"));
+  if (!IsOk(got)) return RemoteFailure(got);
+  return got.substr(2);
+}
+
+std::string SaveRun::DecidePlan(const std::vector<std::string>& held) {
+  auto plan = [&]() -> Result<WritePlan> {
+    std::vector<std::vector<HeldShard>> per_rank;
+    for (int r = 0; r < int(held.size()); ++r) {
+      if (!IsOk(held[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + held[r].substr(3));
+      CKPT_ASSIGN_OR_RETURN(auto h, DecodeHeldShards(held[r].substr(2)));
+      per_rank.push_back(std::move(h));
+    }
+    return PlanWrites(per_rank, opts_.balance_replicas);
+  }();
+  return plan.ok() ? OkMsg(EncodeWritePlan(*plan)) : ErrMsg(plan.status().WithContext(Where("plan")));
+}
+
+Result<std::vector<int>> SaveRun::PlanMyWrites(const Status& ready) {
+  std::vector<HeldShard> held;
+  for (const auto& t : state_.tensors())
+    held.push_back({ShardIdentity(t.meta), t.meta.num_bytes(), t.meta.is_main_replica()});
+  const std::string mine = ready.ok() ? OkMsg(EncodeHeldShards(held)) : ErrMsg(ready);
+  Result<std::string> got = comm_->GatherDecide(mine, 0, opts_.timeout, "plan", "plan",
+                                                [&](std::vector<std::string> all) { return DecidePlan(all); });
+  if (!ready.ok()) return ready;  // my own failure first, whatever the others did
+  CKPT_RETURN_IF_ERROR(got.status());
+  if (!IsOk(*got)) return RemoteFailure(*got);
+  CKPT_ASSIGN_OR_RETURN(WritePlan plan, DecodeWritePlan(got->substr(2)));
+  if (plan.writes.size() != size_t(comm_->size())) return Status::Internal("write plan has wrong rank count");
+  stats_.bytes_per_rank = plan.bytes_per_rank;
+  return plan.writes[rank_];
+}
+
+Status SaveRun::CheckNonFinite(const TensorEntry& t) {
+  if (opts_.nonfinite == NonFinitePolicy::kAllow) return Status::Ok();
+  int64_t bad = FindNonFinite(t.meta.dtype, t.data.data(), t.meta.num_elements());
+  if (bad < 0) return Status::Ok();
+  const char* kind = std::isnan(ElementAsDouble(t.meta.dtype, t.data.data(), bad)) ? "NaN" : "Inf";
+  std::string what = "rank " + std::to_string(rank_) + ": tensor '" + t.meta.key + "' holds " + kind +
+                     " at local flat index " + std::to_string(bad) + ", global index " +
+                     ShapeToString(GlobalIndexOf(t.meta, bad)) + " (" + t.meta.DebugString() + ")";
+  if (opts_.nonfinite == NonFinitePolicy::kWarn) {
+    std::fprintf(stderr, "ckpt warning: %s\n", what.c_str());
+    return Status::Ok();
+  }
+  return Status::FailedPrecondition("refusing to commit non-finite state: " + what);
+}
+
+Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
+  std::vector<const TensorEntry*> tensors;
+  for (int i : mine) {
+    CKPT_RETURN_IF_ERROR(CheckNonFinite(state_.tensors()[i]));
+    tensors.push_back(&state_.tensors()[i]);
+    stats_.bytes_written += state_.tensors()[i].meta.num_bytes();
+  }
+  std::vector<const ObjectEntry*> objects;
+  for (const auto& o : state_.objects()) {
+    if (!o.meta.is_main_replica()) continue;
+    objects.push_back(&o);
+    stats_.bytes_written += int64_t(o.bytes.size());
+  }
+  CKPT_ASSIGN_OR_RETURN(Manifest part, WriteRankFile(env_, tmp_dir_, rank_, tensors, objects, opts_.write, opts_.hook));
+  if (!part.files.empty()) stats_.file_bytes = int64_t(part.files[0].size);
+  stats_.shards_written = int64_t(part.shards.size());
+  return part;
+}
+
+// Rank 0: any failed vote aborts; else the merged, checked manifest.
+Result<Manifest> SaveRun::MergeVotes(const std::vector<std::string>& votes) {
+  std::vector<Manifest> parts;
+  for (int r = 0; r < int(votes.size()); ++r) {
+    if (!IsOk(votes[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + votes[r].substr(3));
+    CKPT_ASSIGN_OR_RETURN(Manifest part, ParseManifest(votes[r].substr(2), "vote of rank " + std::to_string(r)));
+    parts.push_back(std::move(part));
+  }
+  return MergeManifests(parts, opts_.iteration, opts_.layout, opts_.metadata);
+}
+
+// Rank 0: publish (the commit point is the durable directory rename), then
+// the tracker. Whatever fails before the rename, the tmp dir (every rank's
+// files) goes. A tracker failure leaves the iteration committed: a warning.
+Status SaveRun::Commit(const std::vector<std::string>& votes) {
+  Result<Manifest> m = MergeVotes(votes);
+  Status st = m.ok() ? PublishCheckpoint(env_, opts_.root, tmp_dir_, *m, opts_.hook, &published_) : m.status();
+  if (!st.ok()) {
+    Abandon();
+    return st;
+  }
+  committed_ = true;
+  Status tracker = UpdateTracker(env_, opts_.root, opts_.iteration, opts_.hook);
+  if (!tracker.ok()) stats_.warning = Warning("tracker update failed", tracker);
+  return Status::Ok();
+}
+
+std::string SaveRun::DecideCommit(const std::vector<std::string>& votes) {
+  Status st = Commit(votes);
+  return st.ok() ? OkMsg(EncodeStatus(stats_.warning)) : ErrMsg(st.WithContext(Where("commit")));
+}
+
+// Non-root ranks send their vote at once: their wait counts as "commit".
+Result<std::string> SaveRun::VoteAndCommit(const std::string& vote) {
+  const auto t0 = Clock::now();
+  auto t_decide = t0;
+  auto got = comm_->GatherDecide(vote, 0, opts_.timeout, "vote", "commit", [&](std::vector<std::string> votes) {
+    t_decide = Clock::now();
+    return DecideCommit(votes);
+  });
+  Timed("vote", t0, t_decide);
+  Timed("commit", t_decide);
+  // Root committed, but a rank did not take the outcome (gone since its vote).
+  if (!got.ok() && committed_)
+    return OkMsg(EncodeStatus(Warning("the outcome did not reach every rank", got.status())));
+  return got;
+}
+
+Result<SaveStats> SaveRun::Run() {
+  const auto start = Clock::now();
+  stats_.iteration = opts_.iteration;
+  Status ready = state_.Validate().WithContext(Where("validate"));
+  auto t0 = Clock::now();
+  CKPT_ASSIGN_OR_RETURN(tmp_dir_, Begin());
+  if (ready.ok()) ready = Step("plan").WithContext(Where("plan"));
+  Result<std::vector<int>> mine = PlanMyWrites(ready);
+  Timed("plan", t0);
+  if (!mine.ok()) {
+    Abandon();
+    return mine.status();
+  }
+
+  t0 = Clock::now();
+  Result<Manifest> part = WriteMine(*mine);
+  Timed("write", t0);
+
+  Status vote_step = part.ok() ? Step("vote") : part.status();
+  std::string vote = vote_step.ok() ? OkMsg(SerializeManifest(*part)) : ErrMsg(vote_step.WithContext(Where("write")));
+  Result<std::string> got = VoteAndCommit(vote);
+  if (!got.ok()) Abandon();  // root: a rank late or gone in the vote
+  if (!got.ok() || !IsOk(*got)) {
+    if (!vote_step.ok()) return vote_step.WithContext(Where("write"));  // my own failure first
+    return got.ok() ? RemoteFailure(*got) : got.status();
+  }
+  // Committed. What fails from here on is a warning, never a failed save.
+  stats_.warning = DecodeStatus(got->substr(2));
+  Status after = Step("commit");
+  if (!after.ok() && stats_.warning.ok())
+    stats_.warning = Warning("the 'commit' step failed on rank " + std::to_string(rank_), after);
+  stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return stats_;
+}
+
+}  // namespace
+
+Result<SaveStats> SaveCheckpoint(const ShardedStateDict& state, const SaveOptions& opts) {
+  SaveRun run(state, opts);
+  return run.Run();
+}
+
+}  // namespace ckpt

@@ -1,0 +1,74 @@
+// DistOptimizerState: a rank's distributed-optimizer state (fp32 master
+// params, exp_avg, exp_avg_sq per owned bucket slice, and the step) for the
+// synthetic GPT workload, laid out by reshard/dist_optimizer.h, exposed as
+// model-space fragments or bucket-space slices, filled with and checked
+// against the deterministic expected values.
+//
+// Owns its memory (spans stay valid while it lives, also across moves).
+// Not thread-safe.
+#pragma once
+
+#include <array>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/base/sharded_tensor.h"
+#include "ckpt/base/status.h"
+#include "reshard/dist_optimizer.h"
+
+namespace ckpt::workload {
+
+using reshard::DistOptOptions;
+using reshard::GptConfig;
+using reshard::GptShard;
+using reshard::OptimizerFormat;
+using reshard::RankBuffer;
+
+class DistOptimizerState {
+ public:
+  static Result<DistOptimizerState> Create(const GptConfig& cfg, const ParallelConfig& pc,
+                                           const RankCoords& coords,
+                                           const std::vector<GptShard>& model_shards,
+                                           const DistOptOptions& opts);
+
+  const std::vector<RankBuffer>& buffers() const { return buffers_; }
+  // Spans into this object: model-space fragments or bucket-space slices (+
+  // layout objects), and the step in both.
+  ShardedStateDict StateDict(OptimizerFormat format);
+  // Just the bucket-space layout descriptors (empty bytes), to load before the
+  // tensors; then CheckBucketLayout(loaded).
+  ShardedStateDict BucketLayoutRequest() const;
+  Status CheckBucketLayout(const ShardedStateDict& loaded) const;
+
+  Status FillExpected(int64_t vocab_size);
+  // Mismatching elements (fragments, padding, step); first_bad gets "<key> element <i>".
+  Result<int64_t> CountMismatches(int64_t vocab_size, std::string* first_bad) const;
+  int64_t StateElements() const;  // state elements held (3 per owned slot, padding included)
+  int64_t TotalBytes() const;
+  size_t NumFragments() const { return fragments_.size(); }
+
+ private:
+  struct Fragment {
+    ShardedTensor tensor;  // fp32, key of the param's tensor (no state prefix)
+    int buffer = 0;
+    int64_t pos = 0;  // into states_[buffer][*]
+  };
+  DistOptimizerState() = default;
+  Status Build(const std::vector<GptShard>& model_shards);
+  std::span<std::byte> Span(int buffer, int state, int64_t pos, int64_t n);
+  std::span<const std::byte> View(int buffer, int state, int64_t pos, int64_t n) const;
+  ShardedTensor StepTensor() const;
+
+  ParallelConfig pc_;
+  RankCoords coords_;
+  std::vector<RankBuffer> buffers_;
+  std::vector<std::array<std::vector<float>, 3>> states_;  // per buffer, per Adam state
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> padding_;  // per buffer [pos, end)
+  std::vector<Fragment> fragments_;
+  std::vector<std::string> descriptors_;  // per buffer, bucket-space layout JSON
+  std::vector<int64_t> step_ = std::vector<int64_t>(1, 0);  // heap: spans survive moves
+};
+
+}  // namespace ckpt::workload

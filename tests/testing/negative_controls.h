@@ -1,0 +1,28 @@
+// Negative controls: deliberately wrong ways of describing or saving state,
+// used by tests and scenarios to show that a check can fail. Never part of
+// the product library (ckpt_testing links above every product layer).
+//
+// Pure functions of their arguments; thread-safe.
+#pragma once
+
+#include <vector>
+
+#include "ckpt/base/status.h"
+#include "reshard/megatron_gpt.h"
+#include "reshard/parallel_state.h"
+
+namespace ckpt::testing {
+
+// Like reshard::GptShards, but each local SwiGLU fc1 weight (and bias) of the
+// dense MLP is one plain axis-0 slice (rows [r*2*ffn/tp, (r+1)*2*ffn/tp)) - the
+// naive concatenation of local [W_r; V_r] tensors - which round-trips at the
+// same TP but gives wrong values when loaded at another TP. Derived from the
+// true descriptors: the W_r/V_r pair of one parameter becomes one shard over
+// the whole local parameter. Params and offsets match GptShards', so check
+// loaded data through the GptShards descriptors (the true layout).
+// InvalidArgument unless cfg.swiglu.
+Result<std::vector<reshard::GptShard>> NaiveFc1Shards(const reshard::GptConfig& cfg,
+                                                      const ParallelConfig& pc,
+                                                      const RankCoords& coords);
+
+}  // namespace ckpt::testing
