@@ -111,12 +111,21 @@ def _gather_to_rank0(obj):
     return parts
 
 
+def _detached(shards: list[TensorShard]) -> list[TensorShard]:
+    return [TensorShard(s.key, s.tensor.detach().clone(), s.global_shape, s.global_offset,
+                        s.replica_id, s.allow_shape_mismatch) for s in shards]
+
+
+def gather_global_to_rank0(shards: list[TensorShard], vocab_size: int):
+    """Collective over the default group: the global tensors on rank 0, None elsewhere."""
+    parts = _gather_to_rank0(_detached(shards))
+    return None if parts is None else gather_global(parts, vocab_size)
+
+
 def save_reference(path: str, entries: dict, vocab_size: int, metadata: dict) -> None:
     """Collective over the default group: rank 0 writes global tensors and objects."""
     tensors = [s for s in entries.values() if isinstance(s, TensorShard)]
-    mine = ([TensorShard(s.key, s.tensor.detach().clone(), s.global_shape, s.global_offset,
-                         s.replica_id, s.allow_shape_mismatch) for s in tensors],
-            [o for o in entries.values() if isinstance(o, ObjectShard)])
+    mine = (_detached(tensors), [o for o in entries.values() if isinstance(o, ObjectShard)])
     parts = _gather_to_rank0(mine)
     if parts is None:
         return
