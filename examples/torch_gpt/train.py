@@ -110,9 +110,9 @@ def restore_objects(job: Job, objs: dict, use_rng: bool = True) -> None:
     job.sampler.load_json(objs[ITERATOR_KEY])
     if use_rng and RNG_KEY in objs:
         job.rng.load_json(objs[RNG_KEY])
-    elif use_rng:
-        print(f"rank {job.ps.rank}: no RNG state for this layout in the checkpoint "
-              "(TP changed?); continuing with fresh generators", file=sys.stderr)
+    elif use_rng and job.ps.rank == 0:
+        print("no RNG state for this (pp, tp) grid in the checkpoint (TP changed?): "
+              "continuing with fresh generators, not bitwise", file=sys.stderr)
 
 
 def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namespace]:
