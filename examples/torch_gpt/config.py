@@ -24,7 +24,7 @@ class GPTConfig:
     kv_channels: int = 0             # hn; 0 = hidden // num_heads
     swiglu: bool = True
     tied_embeddings: bool = False
-    make_vocab_size_divisible_by: int = 16
+    make_vocab_size_divisible_by: int = 128  # Megatron's default; the presets use 16
     seq_length: int = 64
     rope_base: float = 10000.0
     norm_eps: float = 1e-5
@@ -102,9 +102,9 @@ class TrainConfig:
 PRESETS = {
     # 2 layers, hidden 64, 8 heads in 4 query groups, vocab 257: padded to
     # 272 / 288 / 320 at tp 1 / 2 / 4 with divisible_by 16, so padding differs per TP.
-    "tiny": GPTConfig(),
+    "tiny": GPTConfig(make_vocab_size_divisible_by=16),
     "small": GPTConfig(hidden=128, ffn_hidden=256, num_layers=4, num_heads=8,
-                       num_query_groups=4, seq_length=128),
+                       num_query_groups=4, seq_length=128, make_vocab_size_divisible_by=16),
 }
 
 

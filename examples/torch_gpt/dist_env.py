@@ -21,17 +21,26 @@ DEFAULT_PORT = 29517
 DEFAULT_TIMEOUT_S = 120
 
 
+_LAUNCHER_VARS = (  # (rank, world size, local rank) as each launcher names them
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
+
+
 def map_ompi_env(environ=os.environ) -> bool:
-    """mpirun shim: sets RANK/WORLD_SIZE/LOCAL_RANK (and MASTER_* defaults) from
-    Open MPI's variables. Returns True if it mapped anything."""
-    if "RANK" in environ or "OMPI_COMM_WORLD_RANK" not in environ:
+    """mpirun (or srun) shim: sets RANK/WORLD_SIZE/LOCAL_RANK, and MASTER_ADDR/PORT
+    defaults (127.0.0.1: one node), from Open MPI's (or SLURM's) variables.
+    Returns True if it mapped anything; never overrides an existing RANK."""
+    if "RANK" in environ:
         return False
-    environ["RANK"] = environ["OMPI_COMM_WORLD_RANK"]
-    environ["WORLD_SIZE"] = environ["OMPI_COMM_WORLD_SIZE"]
-    environ["LOCAL_RANK"] = environ.get("OMPI_COMM_WORLD_LOCAL_RANK", environ["RANK"])
-    environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    environ.setdefault("MASTER_PORT", str(DEFAULT_PORT))
-    return True
+    for rank, size, local in _LAUNCHER_VARS:
+        if rank in environ and size in environ:
+            environ["RANK"], environ["WORLD_SIZE"] = environ[rank], environ[size]
+            environ["LOCAL_RANK"] = environ.get(local, environ[rank])
+            environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            environ.setdefault("MASTER_PORT", str(DEFAULT_PORT))
+            return True
+    return False
 
 
 def init_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, int]:

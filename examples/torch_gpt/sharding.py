@@ -19,7 +19,7 @@ to_ckpt() in state.py is the one function that maps these onto ckpt's API
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 

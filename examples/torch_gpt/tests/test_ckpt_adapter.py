@@ -10,12 +10,12 @@ import torch
 
 import fake_ckpt
 from torch_gpt import ckpt_adapter
-from torch_gpt.config import GPTConfig, TrainConfig
+from torch_gpt.config import TrainConfig, preset
 from torch_gpt.parallel import ParallelState
 from torch_gpt.state import model_shards
 from torch_gpt.train import build_job, state_dict, train_step
 
-CFG = dataclasses.replace(GPTConfig(), attention_dropout=0.1, hidden_dropout=0.1)
+CFG = dataclasses.replace(preset("tiny"), attention_dropout=0.1, hidden_dropout=0.1)
 TC = TrainConfig(micro_batch=4, global_batch=8)
 
 

@@ -33,3 +33,15 @@ def test_mpirun_and_spawn_launchers_agree(tmp_path):
                    env=env, check=True, timeout=120, capture_output=True)
     assert len(_losses(spawn_log)) == 4 and _losses(spawn_log) == _losses(mpi_log)
     print(f"mpirun and spawn: 4 TP2 losses bitwise equal ({_losses(mpi_log)[-1]})")
+
+
+def test_shim_maps_ompi_and_slurm_variables_but_never_overrides_rank():
+    from torch_gpt.dist_env import map_ompi_env
+    env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "3"}
+    assert map_ompi_env(env) and (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("3", "4", "3")
+    assert env["MASTER_ADDR"] == "127.0.0.1" and "MASTER_PORT" in env
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "MASTER_PORT": "1234"}
+    assert map_ompi_env(env) and env["RANK"] == "1" and env["MASTER_PORT"] == "1234"
+    env = {"RANK": "0", "WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8"}
+    assert not map_ompi_env(env) and env["RANK"] == "0"

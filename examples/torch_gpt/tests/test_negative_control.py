@@ -10,13 +10,13 @@ from __future__ import annotations
 import torch
 
 from torch_gpt import launch
-from torch_gpt.config import GPTConfig, TrainConfig
+from torch_gpt.config import TrainConfig, preset
 from torch_gpt.data import ByteDataset, load_corpus
 from torch_gpt.harness import naive_fc1_worker, probe_compute
 
 
 def test_naive_fc1_split_changes_the_function(tmp_path):
-    cfg = GPTConfig()
+    cfg = preset("tiny")
     tc = TrainConfig(tp=2, steps=30)
     out = tmp_path / "dump.pt"
     launch.spawn(naive_fc1_worker, 2, (str(out), cfg.to_json(), tc.to_json()), timeout_s=90)

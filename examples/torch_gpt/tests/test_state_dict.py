@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from torch_gpt.config import GPTConfig, TrainConfig
+from torch_gpt.config import TrainConfig, preset
 from torch_gpt.data import PretrainingSampler
 from torch_gpt.model import GPTModel
 from torch_gpt.optim import AdamW, LrConfig, LrScheduler
@@ -42,7 +42,7 @@ def _full_sd(model):
 
 
 def test_keys_replicas_and_swiglu_blocks_tp2_dp2():
-    cfg = GPTConfig()
+    cfg = preset("tiny")
     models = _rank_models(cfg, tp=2, dp=2)
     sds = [_full_sd(m) for m in models]
     sd = sds[3]  # tp_rank 1, dp_rank 1
@@ -68,7 +68,7 @@ def test_keys_replicas_and_swiglu_blocks_tp2_dp2():
 
 
 def test_scatter_gather_round_trip_and_padding_per_tp():
-    cfg = GPTConfig()
+    cfg = preset("tiny")
     g = global_init(cfg, seed=3)
     assert {k: tuple(v.shape) for k, v in g.items()} == global_shapes(cfg)
     for tp in (1, 2, 4):
@@ -83,7 +83,7 @@ def test_scatter_gather_round_trip_and_padding_per_tp():
 
 
 def test_qkv_rows_per_rank_are_whole_query_groups():
-    cfg = GPTConfig()  # np 8, ng 4, hn 8: a group is (2 + 2) * 8 = 32 rows
+    cfg = preset("tiny")  # np 8, ng 4, hn 8: a group is (2 + 2) * 8 = 32 rows
     g = global_init(cfg, seed=3)
     models = _rank_models(cfg, tp=4)
     for m in models:
@@ -94,7 +94,7 @@ def test_qkv_rows_per_rank_are_whole_query_groups():
 
 
 def test_metadata_has_ckpt_gpt_fields():
-    cfg = dataclasses.replace(GPTConfig(), tied_embeddings=True)
+    cfg = dataclasses.replace(preset("tiny"), tied_embeddings=True)
     j = model_config_json(cfg)
     assert set(j) == CKPT_GPT_FIELDS and j["dtype"] == "fp32" and j["tied_embeddings"]
     meta = checkpoint_metadata(cfg, ParallelState(tp=2, dp=2))

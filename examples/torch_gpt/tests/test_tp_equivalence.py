@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from torch_gpt import launch
-from torch_gpt.config import GPTConfig
+from torch_gpt.config import GPTConfig, preset
 from torch_gpt.data import ByteDataset, load_corpus
 from torch_gpt.harness import probe_compute, probe_worker
 from torch_gpt.reference import global_init
@@ -44,7 +44,7 @@ def _probe_all(cfg: GPTConfig, tmp_path, tps=(2, 4)) -> dict:
 
 @pytest.fixture(scope="module")
 def probes(tmp_path_factory):
-    return _probe_all(GPTConfig(), tmp_path_factory.mktemp("probes"))
+    return _probe_all(preset("tiny"), tmp_path_factory.mktemp("probes"))
 
 
 def _max_grad_diff(a: dict, b: dict) -> tuple[float, float]:
@@ -56,7 +56,7 @@ def _max_grad_diff(a: dict, b: dict) -> tuple[float, float]:
 
 def test_logits_and_loss_agree_tp1_tp2_tp4(probes):
     ref = probes[1]
-    assert ref["logits"].shape[-1] == GPTConfig().vocab_size
+    assert ref["logits"].shape[-1] == preset("tiny").vocab_size
     for tp in (2, 4):
         d_logits = float((probes[tp]["logits"] - ref["logits"]).abs().max())
         d_loss = abs(float(probes[tp]["loss"] - ref["loss"]))
@@ -73,7 +73,7 @@ def test_gradients_agree_tp1_tp2_tp4(probes):
 
 
 def test_tied_embeddings_tp2_matches_tp1(tmp_path):
-    cfg = dataclasses.replace(GPTConfig(), tied_embeddings=True)
+    cfg = dataclasses.replace(preset("tiny"), tied_embeddings=True)
     out = _probe_all(cfg, tmp_path, tps=(2,))
     d_logits = float((out[2]["logits"] - out[1]["logits"]).abs().max())
     abs_d, _ = _max_grad_diff(out[1]["grads"], out[2]["grads"])
