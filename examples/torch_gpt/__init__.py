@@ -11,6 +11,7 @@ rules, against the small descriptor layer in sharding.py.
 Modules: config (model/training config), dist_env (torchrun-style env and the
 mpirun shim), parallel (process groups, f/g conjugate operators), layers,
 model, optim (AdamW, LR schedule), data (byte dataset, sampler), rng,
-sharding, state, reference (gather/scatter of global tensors), train, launch,
-harness (multi-process helpers for tests).
+sharding, state, reference (gather/scatter of global tensors, one-file reference
+checkpoint), ckpt_adapter (the mapping onto ckpt's Python API), train, launch,
+harness (multi-process helpers for tests). See README.md.
 """

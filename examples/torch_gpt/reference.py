@@ -131,10 +131,10 @@ def save_reference(path: str, entries: dict, vocab_size: int, metadata: dict) ->
         return
     objects: dict = {}
     for _, objs in parts:
-        for o in objs:  # grid objects keep one entry per cell; main replicas only
-            if o.is_main_replica or o.global_shape != (1,):
+        for o in objs:  # main replicas only: one per cell of a grid (e.g. RNG per TP rank)
+            if o.is_main_replica:
                 cell = objects.setdefault(o.key, {"grid": o.global_shape, "cells": {}})
-                cell["cells"].setdefault(o.global_offset, o.obj)
+                cell["cells"][o.global_offset] = o.obj
     state = {"tensors": gather_global([t for t, _ in parts], vocab_size), "objects": objects,
              "metadata": metadata}
     tmp = path + ".tmp"

@@ -13,8 +13,8 @@ zero-fills).
 ObjectShard: a JSON-serialisable Python object at cell `global_offset` of a
 grid `global_shape` (e.g. (pp, tp) for per-rank RNG state).
 
-to_ckpt() in state.py is the one function that maps these onto ckpt's API
-(ShardedTensor.from_rank_offsets / ShardedObject) when it exists.
+ckpt_adapter.to_ckpt() is the one function that maps these onto ckpt's API
+(ShardedTensor.from_rank_offsets / ShardedObject).
 """
 from __future__ import annotations
 
