@@ -1,0 +1,61 @@
+"""The one place that maps torch_gpt's descriptors onto ckpt's Python API.
+
+Assumed API of the `ckpt` module (Megatron-Core dist_checkpointing style; it is
+being written in parallel, so the module is passed in, never imported here):
+  ckpt.ShardedTensor.from_rank_offsets(key, tensor, *(axis, rank_offset, num_parts),
+                                       replica_id=tuple, allow_shape_mismatch=bool)
+      global_shape[axis] = tensor.shape[axis] * num_parts,
+      global_offset[axis] = tensor.shape[axis] * rank_offset (other axes: whole);
+      `tensor` is a view of live state: load writes into it in place.
+  ckpt.ShardedObject(key, obj, global_shape, global_offset, replica_id)
+  ckpt.save(sharded_state_dict, root, iteration, comm=..., metadata=dict)   collective
+  ckpt.load(sharded_state_dict, root, iteration=None, comm=...) -> dict     collective
+      fills every ShardedTensor in place and returns a dict with the same names
+      where each ShardedObject is replaced by its loaded object (MCore's load
+      returns the state dict with loaded values the same way).
+A state dict is a flat dict name -> ShardedTensor | ShardedObject; two entries
+(SwiGLU W_r and V_r) may share one ckpt key under different names.
+Objects are JSON-serialisable dicts; pass encode/decode (e.g. JSON bytes) if
+ckpt's ShardedObject wants bytes.
+"""
+from __future__ import annotations
+
+from .sharding import ObjectShard, TensorShard
+from .state import RNG_KEY, checkpoint_metadata
+
+_identity = lambda o: o
+
+
+def to_ckpt(entries: dict, ckpt, encode=_identity) -> dict:
+    out = {}
+    for name, e in entries.items():
+        if isinstance(e, TensorShard):
+            out[name] = ckpt.ShardedTensor.from_rank_offsets(
+                e.key, e.tensor, *e.rank_offsets, replica_id=e.replica_id,
+                allow_shape_mismatch=e.allow_shape_mismatch)
+        else:
+            out[name] = ckpt.ShardedObject(e.key, encode(e.obj), e.global_shape,
+                                           e.global_offset, e.replica_id)
+    return out
+
+
+def save(job, ckpt, root: str, comm=None, encode=_identity) -> None:
+    """Saves the job's full state at its current iteration (collective)."""
+    from .train import state_dict
+    sd = to_ckpt(state_dict(job), ckpt, encode)
+    ckpt.save(sd, root, job.iteration, comm=comm,
+              metadata=checkpoint_metadata(job.model_cfg, job.ps))
+
+
+def load(job, ckpt, root: str, iteration=None, comm=None, use_rng: bool = True,
+         decode=_identity) -> None:
+    """Loads into the job in place and restores its resume objects (collective).
+    use_rng=False leaves the RNG state out of the request: required when the
+    checkpoint's TP differs (its (pp, tp) grid has no cell for this rank)."""
+    from .train import restore_objects, state_dict
+    entries = state_dict(job)
+    if not use_rng:
+        entries = {n: e for n, e in entries.items() if e.key != RNG_KEY}
+    loaded = ckpt.load(to_ckpt(entries, ckpt), root, iteration=iteration, comm=comm)
+    objs = {e.key: decode(loaded[n]) for n, e in entries.items() if isinstance(e, ObjectShard)}
+    restore_objects(job, objs, use_rng)

@@ -1,0 +1,174 @@
+"""Everything a checkpoint needs, per rank, described with ckpt's keys and
+Megatron-Core's sharding rules (ckpt reshard/megatron_gpt.{h,cc},
+reshard/dist_optimizer.h, ckpt/workload/train_keys.h).
+
+Model tensors (key = the parameter's module path, see model.py):
+  column-parallel (linear_qkv; linear_fc1 without SwiGLU)  axis 0, replica (0, 0, dp)
+  SwiGLU linear_fc1: TWO shards of one key from the local [W_r; V_r]:
+      W_r at row block r, V_r at row block tp + r of 2*tp,  replica (0, 0, dp)
+  row-parallel (linear_proj, linear_fc2)                   axis 1, replica (0, 0, dp)
+  norms (TP-replicated)                                    whole,  replica (0, tp_rank, dp)
+  embedding.word_embeddings / output_layer (padded vocab)  axis 0, replica (0, 0, dp),
+      allow_shape_mismatch (padding differs per TP). Tied: only the embedding
+      is registered (pp = 1, as ckpt with has_embedding).
+Optimizer (ckpt's model-space format): "optimizer.state.<s>.<param key>" for
+s in fp32_param, exp_avg, exp_avg_sq, each with its parameter's boxes. This job
+trains in fp32 without a distributed optimizer, so fp32_param is a view of the
+parameter itself (registered anyway: ckpt's loaders and a distributed-optimizer
+job expect all three states) and every DP rank holds a full copy: the DP slot
+of the replica id is dp_rank (ckpt's distributed optimizer puts 0 there
+because its DP ranks hold disjoint flat-range fragments instead). Step:
+"optimizer.step", int64 [1], replica (pp, tp, dp): saved by rank 0 only.
+Objects (JSON-serialisable dicts; global shape (1,) and replica (pp, tp, dp)
+unless said): resume.args (model + training config), resume.progress
+({"iteration"}), resume.lr_scheduler (ckpt's LrScheduler JSON),
+resume.data_iterator (ckpt's DataIteratorState JSON, ledger merged over DP),
+resume.rng_state on a (pp, tp) grid at (pp_rank, tp_rank), replica (0, 0, dp)
+(as MCore's rng_state ShardedObject; ckpt's own C++ job stores a
+layout-free Philox state under resume.rng, hence the different key).
+
+sharded_state_dict() is collective over the DP group (it merges the sampler
+ledger), like the save that consumes it.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .config import GPTConfig, TrainConfig
+from .data import PretrainingSampler, SampleLedger
+from .optim import AdamW, LrScheduler
+from .parallel import ParallelState
+from .rng import RngState
+from .sharding import ObjectShard, TensorShard, from_rank_offsets
+
+ADAM_STATES = ("fp32_param", "exp_avg", "exp_avg_sq")
+STEP_KEY = "optimizer.step"
+ARGS_KEY, PROGRESS_KEY = "resume.args", "resume.progress"
+LR_KEY, ITERATOR_KEY, RNG_KEY = "resume.lr_scheduler", "resume.data_iterator", "resume.rng_state"
+
+
+def optimizer_key(state: str, model_key: str) -> str:
+    return f"optimizer.state.{state}.{model_key}"
+
+
+def _kind(name: str) -> str:
+    if name.endswith("layernorm.weight"):
+        return "replicated"
+    if name in ("embedding.word_embeddings.weight", "output_layer.weight"):
+        return "vocab"
+    if name.endswith("linear_proj.weight") or name.endswith("linear_fc2.weight"):
+        return "row"
+    if name.endswith("linear_fc1.weight"):
+        return "fc1"
+    if name.endswith("linear_qkv.weight"):
+        return "column"
+    raise ValueError(f"no sharding rule for parameter '{name}'")
+
+
+def tensor_shards(key: str, name: str, t: torch.Tensor, cfg: GPTConfig, ps: ParallelState,
+                  naive_fc1: bool = False) -> list[TensorShard]:
+    """The shards of local tensor `t` (parameter `name`'s shape) under `key`."""
+    tp, r, dp = ps.tp, ps.tp_rank, ps.dp_rank
+    split = (0, 0, dp)
+    kind = _kind(name)
+    if kind == "replicated":
+        return [from_rank_offsets(key, t, replica_id=(0, r, dp))]
+    if kind == "vocab":
+        return [from_rank_offsets(key, t, (0, r, tp), replica_id=split, allow_shape_mismatch=True)]
+    if kind == "row":
+        return [from_rank_offsets(key, t, (1, r, tp), replica_id=split)]
+    if kind == "fc1" and cfg.swiglu and not naive_fc1:
+        w, v = t.chunk(2, dim=0)  # views: loading writes into the parameter
+        return [from_rank_offsets(key, w, (0, r, 2 * tp), replica_id=split),
+                from_rank_offsets(key, v, (0, tp + r, 2 * tp), replica_id=split)]
+    return [from_rank_offsets(key, t, (0, r, tp), replica_id=split)]
+
+
+def model_shards(model, source=lambda name, p: p, naive_fc1: bool = False) -> list[TensorShard]:
+    """Shards of every parameter of `model`; `source(name, p)` picks the tensor
+    described (the parameter, its grad, an optimizer moment). naive_fc1: the
+    negative control, fc1 as one plain axis-0 slice (wrong at another TP)."""
+    out = []
+    for name, p in model.named_parameters():
+        out += tensor_shards(name, name, source(name, p), model.cfg, model.ps, naive_fc1)
+    return out
+
+
+def optimizer_shards(model, opt: AdamW) -> list[TensorShard]:
+    ps = model.ps
+    sources = {"fp32_param": lambda n, p: p.data, "exp_avg": lambda n, p: opt.exp_avg[n],
+               "exp_avg_sq": lambda n, p: opt.exp_avg_sq[n]}
+    out = []
+    for state in ADAM_STATES:
+        for name, p in model.named_parameters():
+            out += tensor_shards(optimizer_key(state, name), name, sources[state](name, p),
+                                 model.cfg, ps)
+    out.append(from_rank_offsets(STEP_KEY, opt.step_tensor,
+                                 replica_id=(ps.pp_rank, ps.tp_rank, ps.dp_rank)))
+    return out
+
+
+def merged_ledger(sampler: PretrainingSampler, ps: ParallelState) -> SampleLedger:
+    """The sampler ledger merged over the DP group (collective when dp > 1)."""
+    parts = [None] * ps.dp
+    if ps.dp_group is None:
+        parts = [(sampler.ledger.count, sampler.ledger.digest)]
+    else:
+        dist.all_gather_object(parts, (sampler.ledger.count, sampler.ledger.digest),
+                               group=ps.dp_group)
+    total = SampleLedger()
+    for count, digest in parts:
+        total.merge(SampleLedger(count, digest))
+    return total
+
+
+def object_shards(ps: ParallelState, model_cfg: GPTConfig, train_cfg: TrainConfig,
+                  iteration: int, sched: LrScheduler, sampler: PretrainingSampler,
+                  rng: RngState) -> list[ObjectShard]:
+    rep = (ps.pp_rank, ps.tp_rank, ps.dp_rank)
+    one = lambda key, obj: ObjectShard(key, obj, (1,), (0,), rep)
+    return [
+        one(ARGS_KEY, {"model": model_cfg.to_json(), "train": train_cfg.to_json()}),
+        one(PROGRESS_KEY, {"iteration": iteration}),
+        one(LR_KEY, sched.state_json()),
+        one(ITERATOR_KEY, sampler.state_json(merged_ledger(sampler, ps))),
+        ObjectShard(RNG_KEY, rng.state_json(), (ps.pp, ps.tp), (ps.pp_rank, ps.tp_rank),
+                    (0, 0, ps.dp_rank)),
+    ]
+
+
+def sharded_state_dict(model, optimizer: AdamW, sched: LrScheduler,
+                       sampler: PretrainingSampler, rng: RngState, *,
+                       train_cfg: TrainConfig, iteration: int) -> dict:
+    """{key-ordered name: TensorShard | ObjectShard} for this rank: model,
+    optimizer, step, and the resume objects. Two fc1 shards share a key, so the
+    dict's names are "<key>" or "<key>#<i>" for the i-th extra shard."""
+    entries = model_shards(model) + optimizer_shards(model, optimizer)
+    entries += object_shards(model.ps, model.cfg, train_cfg, iteration, sched, sampler, rng)
+    out: dict = {}
+    for e in entries:
+        name, i = e.key, 1
+        while name in out:
+            name, i = f"{e.key}#{i}", i + 1
+        out[name] = e
+    return out
+
+
+def model_config_json(cfg: GPTConfig) -> dict:
+    """ckpt's "gpt" metadata (reshard/gpt_config_json.cc GptConfigToJson)."""
+    return {"vocab_size": cfg.vocab_size, "hidden": cfg.hidden, "ffn_hidden": cfg.ffn_hidden,
+            "num_layers": cfg.num_layers, "num_heads": cfg.num_heads,
+            "num_query_groups": cfg.num_query_groups, "kv_channels": cfg.kv_channels,
+            "swiglu": cfg.swiglu, "tied_embeddings": cfg.tied_embeddings,
+            "add_bias_linear": False, "qkv_bias": False,
+            "make_vocab_size_divisible_by": cfg.make_vocab_size_divisible_by, "dtype": "fp32",
+            "first_stage_layers": -1, "last_stage_layers": -1, "stack_layers": False,
+            "num_experts": 0, "moe_ffn_hidden": 0}
+
+
+def checkpoint_metadata(cfg: GPTConfig, ps: ParallelState) -> dict:
+    """Manifest metadata: "gpt" and "layout" let ckpt's C++ tools rebuild the
+    layout rules; "optimizer" as ckpt's cli/gpt_job.cc OptimizerMetadata."""
+    return {"model": "torch_gpt", "gpt": model_config_json(cfg), "layout": ps.layout_json(),
+            "optimizer": {"format": "model", "bucket_elems": 0, "states": list(ADAM_STATES)}}
