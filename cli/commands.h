@@ -24,5 +24,6 @@ void RegisterFingerprint(CLI::App& app, int* exit_code);
 void RegisterDiff(CLI::App& app, int* exit_code);
 void RegisterScenario(CLI::App& app, int* exit_code);
 void RegisterGpu(CLI::App& app, int* exit_code);
+void RegisterConvert(CLI::App& app, int* exit_code);
 
 }  // namespace ckpt::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   ckpt::cli::RegisterDiff(app, &exit_code);
   ckpt::cli::RegisterScenario(app, &exit_code);
   ckpt::cli::RegisterGpu(app, &exit_code);
+  ckpt::cli::RegisterConvert(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -98,14 +98,42 @@ Result<int> GroupIndex(const ParallelConfig& pc, int rank, Group g) {
 }  // namespace
 
 std::string_view OptimizerFormatName(OptimizerFormat f) {
-  return f == OptimizerFormat::kModelSpace ? "model" : "bucket";
+  switch (f) {
+    case OptimizerFormat::kModelSpace: return "model";
+    case OptimizerFormat::kBucketSpace: return "bucket";
+    case OptimizerFormat::kFullyReshardable: return "fully_reshardable";
+    case OptimizerFormat::kDpReshardable: return "dp_reshardable";
+  }
+  return "?";
 }
 
 Result<OptimizerFormat> ParseOptimizerFormat(std::string_view name) {
-  if (name == "model") return OptimizerFormat::kModelSpace;
-  if (name == "bucket") return OptimizerFormat::kBucketSpace;
+  for (OptimizerFormat f : {OptimizerFormat::kModelSpace, OptimizerFormat::kBucketSpace,
+                            OptimizerFormat::kFullyReshardable, OptimizerFormat::kDpReshardable})
+    if (name == OptimizerFormatName(f)) return f;
+  if (name == "fully_sharded_model_space") return OptimizerFormat::kModelSpace;  // MCore's name
   return Status::InvalidArgument("unknown optimizer format '" + std::string(name) +
-                                 "' (known: model, bucket)");
+                                 "' (known: fully_reshardable, dp_reshardable, model, bucket)");
+}
+
+bool IsBucketSpace(OptimizerFormat f) {
+  return f == OptimizerFormat::kBucketSpace || f == OptimizerFormat::kDpReshardable;
+}
+
+bool IsModelSpace(OptimizerFormat f) { return !IsBucketSpace(f); }
+
+const std::array<const char*, 3>& AdamStateNames(OptimizerFormat f) {
+  return f == OptimizerFormat::kModelSpace || f == OptimizerFormat::kBucketSpace ? kAdamStates
+                                                                                  : kMcoreAdamStates;
+}
+
+std::string McoreBufferDtypeName(DType param_dtype) {
+  switch (param_dtype) {
+    case DType::kBFloat16: return "(torch.bfloat16, torch.float32)";  // grads accumulate in fp32
+    case DType::kFloat16: return "(torch.float16, torch.float16)";
+    case DType::kFloat32: return "(torch.float32, torch.float32)";
+    default: return "(" + std::string(DTypeName(param_dtype)) + ", torch.float32)";
+  }
 }
 
 int64_t BufferLayout::SliceElems(int bucket) const {
@@ -171,6 +199,7 @@ Result<std::vector<RankBuffer>> GptRankBuffers(const GptConfig& cfg, const Paral
   const std::vector<ParamInfo> params = McoreParams(cfg, pc, model_shards);
   std::vector<RankBuffer> out;
   int gbuf[2] = {0, 0};  // dense, expert: MCore's optimizers chain the chunks' buffers
+  const bool has_experts = std::any_of(params.begin(), params.end(), [](const ParamInfo& p) { return p.expert; });
   for (int chunk = 0; chunk < pc.vpp; ++chunk) {
     for (bool expert : {false, true}) {
       std::vector<DType> dtypes;  // one buffer per dtype, in order of first appearance
@@ -187,6 +216,8 @@ Result<std::vector<RankBuffer>> GptRankBuffers(const GptConfig& cfg, const Paral
         rb.dp_domain = expert ? "expert_dp_group_idx_" + Str(expert_group)
                               : "dp_group_idx_" + Str(dense_group);
         rb.dp_rank = expert ? coords.expert_dp : DpCpRank(pc, coords);
+        rb.mp_rank = coords.tp + pc.tp * coords.pp;  // expert TP == TP here
+        rb.chained = has_experts ? int(expert) : -1;
         // DDP turns bucketing off on pp stages > 0 and for model chunks > 0.
         rb.bucket_elems = coords.pp == 0 && chunk == 0 && opts.bucket_elems > 0 ? opts.bucket_elems : 0;
         std::vector<BufferParam> in_order;

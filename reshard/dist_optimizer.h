@@ -14,18 +14,39 @@
 // each bucket is split into dp equal contiguous slices; DP rank r owns slice r
 // and holds fp32 main params, exp_avg and exp_avg_sq for exactly that slice.
 //
-// Formats:
-//  - model space (default; MCore "fully_sharded_model_space"): one ShardedTensor
-//    per owned fragment and state, key "optimizer.state.<state>.<param key>",
-//    the param's box and replica (pp, tp slots kept, DP slot 0), flat_range =
-//    the fragment inside the box. A SwiGLU fc1 param is two boxes (W and V), so
-//    an owned range may yield a fragment of each. Loading intersects flat ranges
-//    and boxes, so DP, TP, PP, EP and bucket size may all change.
-//  - bucket space (fast path; like MCore "dp_reshardable"): each rank's raw
-//    slice of each bucket, key "optimizer.distributed.<dp group>.gbuf_idx_<i>.
+// Formats (OptimizerFormat; the MCore names are DistributedOptimizer's
+// `distrib_optim_sharding_type`, megatron/core/optimizer/distrib_optimizer.py):
+//  - fully_reshardable (MCore's, `--dist-ckpt-optim-fully-reshardable`): per
+//    model tensor and state s in {param, exp_avg, exp_avg_sq} a tensor
+//    "optimizer.state.<s>.<param key>" with the param's global shape: the
+//    whole-parameter boxes MCore registers (a SwiGLU fc1 param is two boxes,
+//    W and V). ckpt writes each DP rank's owned fragment of that global tensor
+//    (flat range, DP slot 0) instead of gathering it on DP rank 0 first; the
+//    stored global tensors are the same, and loaders may ask for whole boxes
+//    (MCore's way) or fragments. Reshardable across DP, TP, PP, EP and bucket size.
+//  - model ("fully_sharded_model_space", MCore's deprecated model-space format;
+//    current MCore refuses its flattened_range descriptors): the same global
+//    tensors under "optimizer.state.<s>.<param key>" with s in {fp32_param,
+//    exp_avg, exp_avg_sq}. Kept readable and writable; reshards like the above.
+//  - dp_reshardable (MCore's default): per buffer, bucket and state one flat
+//    tensor "[chained_<i>.]optimizer.distributed.dp_group_idx_<m>.gbuf_idx_<g>.
+//    dtype_<(param dtype, grad dtype)>.bucket_idx_<b>.<s>" (s in {param,
+//    exp_avg, exp_avg_sq}) of the bucket's UNPADDED size; DP rank r holds
+//    [r * slice, min((r + 1) * slice, unpadded)). m is the model-parallel rank
+//    (tp_rank + tp * pp_rank, MCore's data_parallel_group_idx); "chained_<i>."
+//    (0 dense, 1 experts) appears when the rank has expert buffers (two chained
+//    optimizers). Objects "<prefix>per_bucket_numel" and
+//    "<prefix>per_bucket_numel_unpadded" hold the bucket sizes per buffer
+//    (JSON), plus ckpt's "<prefix>gbuf_idx_<g>.param_layout" (the params'
+//    boxes and positions inside their buckets, DP-independent). Loadable at
+//    another DP size when the unpadded bucket sizes and param layout are equal
+//    (as MCore asserts); another TP/PP/EP split or bucket size is refused.
+//  - bucket (ckpt's own, before MCore's names): each rank's raw slice of each
+//    DP-padded bucket, key "optimizer.distributed.<dp group>.gbuf_idx_<i>.
 //    dtype_<d>.bucket_idx_<b>.<state>", plus one layout descriptor object per
-//    buffer. It loads only into the identical bucket layout; CheckBucketLayout
-//    compares the descriptors (loaded first, a few hundred bytes) and explains.
+//    buffer. It loads only into the identical bucket layout (same DP size
+//    too); CheckBucketLayout compares the descriptors (loaded first, a few
+//    hundred bytes) and explains.
 // The Adam step is "optimizer.step", an int64 [1] replicated on every rank.
 //
 // Test contents: element i (global index in the param's global tensor) of
@@ -54,11 +75,22 @@
 
 namespace ckpt::reshard {
 
-enum class OptimizerFormat { kModelSpace, kBucketSpace };
-std::string_view OptimizerFormatName(OptimizerFormat f);  // "model", "bucket"
+enum class OptimizerFormat { kModelSpace, kBucketSpace, kFullyReshardable, kDpReshardable };
+// "model", "bucket", "fully_reshardable", "dp_reshardable"
+std::string_view OptimizerFormatName(OptimizerFormat f);
 Result<OptimizerFormat> ParseOptimizerFormat(std::string_view name);
+// Formats whose tensors are raw bucket slices (a load checks the layout first).
+bool IsBucketSpace(OptimizerFormat f);
+// Formats `ckpt reshard` can rewrite under any layout (model space).
+bool IsModelSpace(OptimizerFormat f);
 
 inline constexpr std::array<const char*, 3> kAdamStates = {"fp32_param", "exp_avg", "exp_avg_sq"};
+inline constexpr std::array<const char*, 3> kMcoreAdamStates = {"param", "exp_avg", "exp_avg_sq"};
+// The state names a format writes: kAdamStates for model and bucket, MCore's otherwise.
+const std::array<const char*, 3>& AdamStateNames(OptimizerFormat f);
+// MCore's buffer dtype key "(torch.bfloat16, torch.float32)": param dtype and
+// the grad dtype Megatron-LM uses with it (fp32 for bf16 and fp32 params).
+std::string McoreBufferDtypeName(DType param_dtype);
 inline constexpr const char* kStepKey = "optimizer.step";
 
 // One parameter as a buffer sees it.
@@ -111,6 +143,8 @@ struct RankBuffer {
   int dp_rank = 0;
   BufferLayout layout;
   int64_t bucket_elems = 0;  // the bucket size in effect (0: none)
+  int mp_rank = 0;            // MCore data_parallel_group_idx: tp_rank + tp * pp_rank
+  int chained = -1;           // MCore ChainedOptimizer index (0 dense, 1 expert), -1: one optimizer
 };
 
 // The rank's buffers, from its model shards (GptShards) in MCore registration

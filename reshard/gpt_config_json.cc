@@ -22,7 +22,8 @@ json GptConfigToJson(const GptConfig& c) {
           {"dtype", std::string(DTypeName(c.dtype))},
           {"first_stage_layers", c.first_stage_layers},
           {"last_stage_layers", c.last_stage_layers},
-          {"stack_layers", c.stack_layers}};
+          {"stack_layers", c.stack_layers},
+          {"extra_state", c.extra_state}};
   MoeConfigToJson(c, &j);
   return j;
 }
@@ -46,6 +47,7 @@ Result<GptConfig> GptConfigFromJson(const json& j) {
     c.first_stage_layers = j.value("first_stage_layers", -1);
     c.last_stage_layers = j.value("last_stage_layers", -1);
     c.stack_layers = j.value("stack_layers", false);
+    c.extra_state = j.value("extra_state", false);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("bad GPT config in checkpoint metadata: ") + e.what());
   }

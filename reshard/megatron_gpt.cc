@@ -45,7 +45,7 @@ void Emit(Builder& b, const Place& p, Shape global, Shape offset, Shape local, R
   t.local_shape = std::move(local);
   t.replica_id = std::move(rep);
   t.allow_shape_mismatch = allow_mismatch;
-  b.out.push_back({std::move(t), p.param, std::move(param_shape), param_offset});
+  b.out.push_back({std::move(t), p.param, std::move(param_shape), param_offset, std::nullopt});
 }
 
 // Splits `global` on `axis` over TP; the local parameter is exactly the slice.
@@ -79,6 +79,15 @@ void EmitSwiglu(Builder& b, const Place& p, const Shape& global) {
   Emit(b, p, global, v_off, local, b.Split(), param_shape, half_elems);
 }
 
+// Attaches MCore's "<module>._extra_state" object to the shard at `at` (the
+// linear layer's weight, its first shard) when the config asks for it.
+void AttachExtraState(Builder& b, size_t at, const Place& p) {
+  if (!b.cfg.extra_state) return;
+  std::vector<std::pair<int64_t, int64_t>> axes;
+  if (p.stacked_layer >= 0) axes.push_back({p.stacked_layer, b.cfg.num_layers});
+  b.out[at].extra_state = ExtraStateObject(p.key, axes, b.Replicated());
+}
+
 void EmitLayer(Builder& b, const std::string& chunk_prefix, int local_index, int global_layer) {
   const GptConfig& cfg = b.cfg;
   const int64_t h = cfg.hidden, ffn = cfg.ffn_hidden;
@@ -93,13 +102,21 @@ void EmitLayer(Builder& b, const std::string& chunk_prefix, int local_index, int
     }
     return p;
   };
+  // A linear layer's weight: emitted by `emit`, then its module's extra state.
+  auto linear = [&](const std::string& name, auto emit) {
+    const size_t at = b.out.size();
+    const Place p = place(name);
+    emit(p);
+    AttachExtraState(b, at, p);
+  };
   const bool bias = cfg.add_bias_linear;
   EmitReplicated(b, place("input_layernorm.weight"), {h});
-  EmitTpSplit(b, place("self_attention.linear_qkv.weight"), {cfg.qkv_rows(), h}, 0);
+  linear("self_attention.linear_qkv.weight",
+         [&](const Place& p) { EmitTpSplit(b, p, {cfg.qkv_rows(), h}, 0); });
   if (bias || cfg.qkv_bias)
     EmitTpSplit(b, place("self_attention.linear_qkv.bias"), {cfg.qkv_rows()}, 0);
-  EmitTpSplit(b, place("self_attention.linear_proj.weight"), {h, cfg.num_heads * cfg.head_dim()},
-              1);
+  linear("self_attention.linear_proj.weight",
+         [&](const Place& p) { EmitTpSplit(b, p, {h, cfg.num_heads * cfg.head_dim()}, 1); });
   if (bias) EmitReplicated(b, place("self_attention.linear_proj.bias"), {h});
   EmitReplicated(b, place("pre_mlp_layernorm.weight"), {h});
   if (cfg.num_experts > 0) {
@@ -112,13 +129,13 @@ void EmitLayer(Builder& b, const std::string& chunk_prefix, int local_index, int
     return;
   }
   if (cfg.swiglu) {
-    EmitSwiglu(b, place("mlp.linear_fc1.weight"), {2 * ffn, h});
+    linear("mlp.linear_fc1.weight", [&](const Place& p) { EmitSwiglu(b, p, {2 * ffn, h}); });
     if (bias) EmitSwiglu(b, place("mlp.linear_fc1.bias"), {2 * ffn});
   } else {
-    EmitTpSplit(b, place("mlp.linear_fc1.weight"), {ffn, h}, 0);
+    linear("mlp.linear_fc1.weight", [&](const Place& p) { EmitTpSplit(b, p, {ffn, h}, 0); });
     if (bias) EmitTpSplit(b, place("mlp.linear_fc1.bias"), {ffn}, 0);
   }
-  EmitTpSplit(b, place("mlp.linear_fc2.weight"), {h, ffn}, 1);
+  linear("mlp.linear_fc2.weight", [&](const Place& p) { EmitTpSplit(b, p, {h, ffn}, 1); });
   if (bias) EmitReplicated(b, place("mlp.linear_fc2.bias"), {h});
 }
 
@@ -175,6 +192,25 @@ Result<std::vector<GptShard>> BuildShards(const GptConfig& cfg, const ParallelCo
 }
 
 }  // namespace
+
+ShardedObject ExtraStateObject(const std::string& weight_key,
+                               const std::vector<std::pair<int64_t, int64_t>>& prefix_axes,
+                               ReplicaId replica) {
+  constexpr std::string_view kWeight = ".weight";
+  std::string key = weight_key;
+  if (key.size() >= kWeight.size() && key.compare(key.size() - kWeight.size(), kWeight.size(), kWeight) == 0)
+    key.resize(key.size() - kWeight.size());
+  key += "._extra_state";
+  ShardedObject o;
+  o.key = std::move(key);
+  for (const auto& [offset, size] : prefix_axes) {
+    o.global_offset.push_back(offset);
+    o.global_shape.push_back(size);
+  }
+  if (prefix_axes.empty()) o = {o.key, {1}, {0}, {}};  // MCore _get_extra_state_offsets
+  o.replica_id = std::move(replica);
+  return o;
+}
 
 int64_t GptConfig::qkv_rows() const {
   return int64_t(query_groups()) * (num_heads / query_groups() + 2) * head_dim();

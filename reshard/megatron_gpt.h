@@ -21,12 +21,31 @@
 //    stacked layers share key "decoder.layers.<name>" with a prepended layer axis;
 //  - MoE (num_experts > 0): router + experts instead of the dense MLP, with the
 //    rules of reshard/megatron_moe.h.
+// Megatron-Core fidelity options (all recorded in the checkpoint's "gpt"
+// metadata, docs/DESIGN.md "Megatron-Core key fidelity"):
+//  - stack_layers: MCore TransformerBlock with non_homogeneous_layers=False
+//    (what Megatron-LM training writes for a homogeneous GPT) keys every layer
+//    tensor "decoder.layers.<name>" with a prepended [num_layers] axis; off
+//    (ckpt's default, and MCore's non_homogeneous_layers=True) keys
+//    "decoder.layers.<L>.<name>";
+//  - expert_keys: MCore SequentialMLP/TEGroupedMLP register expert tensors
+//    under "...mlp.experts.experts.<name>" (kMcore, the default); kLegacy is the
+//    "...mlp.experts.<name>" of ckpt checkpoints written before that was fixed
+//    (metadata without the field reads as legacy);
+//  - extra_state: the `_extra_state` ShardedObject MCore's local-spec linear
+//    layers (ColumnParallelLinear / RowParallelLinear: linear_qkv, linear_proj,
+//    linear_fc1, linear_fc2, expert linears) register so that a strict load
+//    finds them; GPTModel drops output_layer's. The object is attached to the
+//    layer's weight shard (GptShard::extra_state); its value is empty (MCore's
+//    get_extra_state returns None for these layers).
 //
 // Pure functions of their arguments; thread-safe. Errors are InvalidArgument
 // naming the offending field.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +75,9 @@ struct GptConfig {
   int first_stage_layers = -1;  // -1 = not set (even split)
   int last_stage_layers = -1;
   bool stack_layers = false;
+  enum class ExpertKeys { kMcore, kLegacy };
+  ExpertKeys expert_keys = ExpertKeys::kMcore;
+  bool extra_state = false;
   // Mixture of experts (reshard/megatron_moe.h): every layer's MLP is an MCore
   // MoELayer when num_experts > 0; moe_ffn_hidden 0 = ffn_hidden.
   int num_experts = 0;
@@ -96,7 +118,18 @@ struct GptShard {
   std::string param;         // rank-local parameter name, unique per rank
   Shape param_shape;         // shape of that local parameter tensor
   int64_t param_offset = 0;  // element offset of tensor's data inside the parameter
+  // MCore's "<module>._extra_state" object of the linear layer owning this
+  // weight (GptConfig::extra_state; on the weight's first shard only).
+  std::optional<ShardedObject> extra_state;
 };
+
+// "decoder.layers.3.self_attention.linear_qkv._extra_state" grid and replica
+// for the module whose weight has key `weight_key` (".weight" replaced).
+// `prefix_axes` are the leading (offset, size) axes the weight got from
+// stacking / the expert axis; replica is the weight module's (0, tp, dp).
+ShardedObject ExtraStateObject(const std::string& weight_key,
+                               const std::vector<std::pair<int64_t, int64_t>>& prefix_axes,
+                               ReplicaId replica);
 
 // Every ShardedTensor of the rank at `coords`, in module order.
 Result<std::vector<GptShard>> GptShards(const GptConfig& cfg, const ParallelConfig& pc,

@@ -35,7 +35,7 @@ struct MoeEmitter {
     t.global_offset = std::move(offset);
     t.local_shape = std::move(local);
     t.replica_id = std::move(rep);
-    out->push_back({std::move(t), place.param_prefix + param, std::move(param_shape), param_offset});
+    out->push_back({std::move(t), place.param_prefix + param, std::move(param_shape), param_offset, std::nullopt});
   }
 
   // Experts are replicated over expert-DP (MCore: replica_id[2] = expert DP rank).
@@ -64,6 +64,21 @@ struct MoeEmitter {
     Emit(name, param, global, v_off, local, ExpertSplit(), param_shape, NumElements(local), expert);
   }
 
+  // The registered key of expert tensor `name` ("linear_fc1.weight").
+  std::string Key(const std::string& name) const {
+    return cfg.expert_keys == GptConfig::ExpertKeys::kMcore ? "mlp.experts.experts." + name
+                                                            : "mlp.experts." + name;
+  }
+
+  // MCore's _extra_state of expert `e`'s linear layer whose weight shard is out[at].
+  void AttachExtraState(size_t at, int e) {
+    if (!cfg.extra_state) return;
+    std::vector<std::pair<int64_t, int64_t>> axes;
+    if (place.stacked_layer >= 0) axes.push_back({place.stacked_layer, cfg.num_layers});
+    axes.push_back({e, cfg.num_experts});
+    (*out)[at].extra_state = ExtraStateObject((*out)[at].tensor.key, axes, ExpertTpReplicated());
+  }
+
   void Expert(int local_index) {
     const int local_experts = cfg.num_experts / pc.ep;
     const int e = c.ep * local_experts + local_index;
@@ -71,17 +86,19 @@ struct MoeEmitter {
     const std::string p = "mlp.experts.local_experts." + Str(local_index) + ".";
     const bool bias = cfg.add_bias_linear;
     const int64_t fc1_rows = cfg.swiglu ? 2 * f : f;
-    ColumnParallel("mlp.experts.linear_fc1.weight", p + "linear_fc1.weight", {fc1_rows, h},
-                   cfg.swiglu, e);
+    const size_t fc1_at = out->size();
+    ColumnParallel(Key("linear_fc1.weight"), p + "linear_fc1.weight", {fc1_rows, h}, cfg.swiglu, e);
+    AttachExtraState(fc1_at, e);
     if (bias)
-      ColumnParallel("mlp.experts.linear_fc1.bias", p + "linear_fc1.bias", {fc1_rows}, cfg.swiglu,
-                     e);
+      ColumnParallel(Key("linear_fc1.bias"), p + "linear_fc1.bias", {fc1_rows}, cfg.swiglu, e);
     const Shape fc2_local = {h, f / pc.tp};
-    Emit("mlp.experts.linear_fc2.weight", p + "linear_fc2.weight", {h, f}, {0, c.tp * (f / pc.tp)},
+    const size_t fc2_at = out->size();
+    Emit(Key("linear_fc2.weight"), p + "linear_fc2.weight", {h, f}, {0, c.tp * (f / pc.tp)},
          fc2_local, ExpertSplit(), fc2_local, 0, e);
+    AttachExtraState(fc2_at, e);
     if (bias)
-      Emit("mlp.experts.linear_fc2.bias", p + "linear_fc2.bias", {h}, {0}, {h},
-           ExpertTpReplicated(), {h}, 0, e);
+      Emit(Key("linear_fc2.bias"), p + "linear_fc2.bias", {h}, {0}, {h}, ExpertTpReplicated(), {h},
+           0, e);
   }
 };
 
@@ -124,12 +141,18 @@ bool IsExpertParam(std::string_view param_name) {
 void MoeConfigToJson(const GptConfig& cfg, nlohmann::json* j) {
   (*j)["num_experts"] = cfg.num_experts;
   (*j)["moe_ffn_hidden"] = cfg.moe_ffn_hidden;
+  (*j)["expert_keys"] = cfg.expert_keys == GptConfig::ExpertKeys::kMcore ? "mcore" : "legacy";
 }
 
 Status MoeConfigFromJson(const nlohmann::json& j, GptConfig* cfg) {
   try {
     cfg->num_experts = j.value("num_experts", 0);
     cfg->moe_ffn_hidden = j.value("moe_ffn_hidden", int64_t{0});
+    // Checkpoints written before MCore's names were adopted record no style.
+    const std::string keys = j.value("expert_keys", std::string("legacy"));
+    if (keys != "mcore" && keys != "legacy")
+      return Status::InvalidArgument("GPT config: expert_keys='" + keys + "' (known: mcore, legacy)");
+    cfg->expert_keys = keys == "mcore" ? GptConfig::ExpertKeys::kMcore : GptConfig::ExpertKeys::kLegacy;
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("bad MoE fields in GPT config: ") + e.what());
   }

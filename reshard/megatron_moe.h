@@ -7,8 +7,13 @@
 //  - experts are split over EP: rank ep holds experts ep*local .. ep*local+local-1
 //    (local = num_experts / ep), i.e. global expert = ep_rank * local + i;
 //  - an expert weight is keyed without the local index,
-//    "decoder.layers.<L>.mlp.experts.linear_fc1.weight", with an expert axis of
-//    size num_experts prepended (after the layer axis when layers are stacked);
+//    "decoder.layers.<L>.mlp.experts.experts.linear_fc1.weight" (MCore: the
+//    MoELayer's child "experts" adds "experts." again; GptConfig::expert_keys
+//    kLegacy drops it, as ckpt did before), with an expert axis of size
+//    num_experts prepended (after the layer axis when layers are stacked);
+//  - with GptConfig::extra_state, each expert linear's weight carries its
+//    "<key>._extra_state" object on grid [layers,] num_experts, replica
+//    (0, tp_rank, expert_dp_rank);
 //  - inside an expert the dense rules apply with expert TP = TP: fc1 is
 //    column-parallel (SwiGLU [W_r; V_r] -> two shards, W at block r and V at
 //    block tp + r), fc2 row-parallel, an fc2 bias TP-replicated;
@@ -58,7 +63,8 @@ void AppendMoeMlpShards(const GptConfig& cfg, const ParallelConfig& pc, const Ra
 bool IsExpertParam(std::string_view param_name);
 
 // The MoE fields of a GptConfig in the checkpoint's "gpt" metadata (absent keys
-// mean dense). FromJson leaves other fields alone.
+// mean dense; an absent "expert_keys" means legacy). FromJson leaves other
+// fields alone.
 void MoeConfigToJson(const GptConfig& cfg, nlohmann::json* j);
 Status MoeConfigFromJson(const nlohmann::json& j, GptConfig* cfg);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "ckpt/workload/expected_values.h"
 
@@ -30,6 +31,21 @@ std::string BucketKey(const RankBuffer& rb, int bucket, const char* state) {
          std::string(DTypeName(rb.dtype)) + ".bucket_idx_" + Str(bucket) + "." + state;
 }
 
+// MCore's dp_reshardable prefix: "[chained_<i>.]optimizer.distributed.dp_group_idx_<mp>.".
+std::string McorePrefix(const RankBuffer& rb) {
+  return (rb.chained >= 0 ? "chained_" + Str(rb.chained) + "." : std::string()) +
+         "optimizer.distributed.dp_group_idx_" + Str(rb.mp_rank) + ".";
+}
+
+std::string McoreBucketKey(const RankBuffer& rb, int bucket, const char* state) {
+  return McorePrefix(rb) + "gbuf_idx_" + Str(rb.gbuf_index) + ".dtype_" + McoreBufferDtypeName(rb.dtype) +
+         ".bucket_idx_" + Str(bucket) + "." + state;
+}
+
+std::string McoreParamLayoutKey(const RankBuffer& rb) {
+  return McorePrefix(rb) + "gbuf_idx_" + Str(rb.gbuf_index) + ".param_layout";
+}
+
 std::string LayoutKey(const RankBuffer& rb) {
   return "optimizer.distributed." + rb.dp_domain + ".gbuf_idx_" + Str(rb.gbuf_index) +
          ".bucket_layout";
@@ -53,6 +69,53 @@ std::string Descriptor(const RankBuffer& rb,
                         {"params", params}}
       .dump();
 }
+
+// dp_reshardable: what a bucket's contents mean, independent of the DP size:
+// each bucket's unpadded size and each param's position inside its bucket and boxes.
+std::string McoreParamLayout(const RankBuffer& rb,
+                             const std::map<std::string, std::vector<const GptShard*>>& by_param) {
+  nlohmann::json buckets = nlohmann::json::array(), params = nlohmann::json::array();
+  for (const Bucket& b : rb.layout.buckets) buckets.push_back(b.numel_unpadded);
+  for (int bi = 0; bi < int(rb.layout.buckets.size()); ++bi) {
+    const Bucket& b = rb.layout.buckets[size_t(bi)];
+    for (int i = b.first_param; i < b.first_param + b.num_params; ++i) {
+      nlohmann::json boxes = nlohmann::json::array();
+      for (const GptShard* g : by_param.at(rb.layout.params[size_t(i)].name))
+        boxes.push_back({g->tensor.key, g->tensor.global_offset, g->tensor.local_shape});
+      params.push_back({bi, rb.layout.starts[size_t(i)] - b.start, rb.layout.params[size_t(i)].numel, boxes});
+    }
+  }
+  return nlohmann::json{{"dtype", McoreBufferDtypeName(rb.dtype)}, {"numel_unpadded", buckets},
+                        {"params", params}}
+      .dump();
+}
+
+// MCore's per_bucket_numel[_unpadded] of one optimizer: per buffer {dtype: [numels]}.
+std::string PerBucketNumel(const std::vector<RankBuffer>& buffers, int chained, bool unpadded) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const RankBuffer& rb : buffers) {
+    if (rb.chained != chained) continue;
+    nlohmann::json sizes = nlohmann::json::array();
+    for (const Bucket& b : rb.layout.buckets) sizes.push_back(unpadded ? b.numel_unpadded : b.end - b.start);
+    all.push_back({{McoreBufferDtypeName(rb.dtype), sizes}});
+  }
+  return all.dump();
+}
+
+std::vector<std::byte> Blob(const std::string& s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return std::vector<std::byte>(p, p + s.size());
+}
+
+std::string Text(const std::vector<std::byte>& b) {
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+constexpr const char* kDpReshardableRule =
+    "; dp_reshardable optimizer state holds the DDP buckets of one TP/PP/EP split and loads at "
+    "another DP size only when the buckets' unpadded sizes and parameter order are unchanged (as "
+    "MCore asserts); save it as fully_reshardable (--optimizer fully_reshardable) to load it "
+    "across TP, PP, EP or bucket-size changes";
 
 // What differs between a saved descriptor and ours, in words.
 std::string Difference(const nlohmann::json& saved, const nlohmann::json& mine) {
@@ -130,6 +193,7 @@ Status DistOptimizerState::Build(const std::vector<GptShard>& model_shards) {
     }
     if (at < total) padding_.back().push_back({at, total});
     descriptors_.push_back(Descriptor(rb, by_param));
+    mcore_layouts_.push_back(McoreParamLayout(rb, by_param));
   }
   return Status::Ok();
 }
@@ -158,44 +222,113 @@ ShardedTensor DistOptimizerState::StepTensor() const {
 
 ShardedStateDict DistOptimizerState::StateDict(OptimizerFormat format) {
   ShardedStateDict sd;
-  if (format == OptimizerFormat::kModelSpace) {
-    for (const Fragment& f : fragments_)
-      for (int s = 0; s < 3; ++s) {
-        ShardedTensor t = f.tensor;
-        t.key = "optimizer.state." + std::string(kAdamStates[size_t(s)]) + "." + f.tensor.key;
-        sd.AddTensor(std::move(t), Span(f.buffer, s, f.pos, f.tensor.num_elements()));
-      }
-  } else {
-    for (int bi = 0; bi < int(buffers_.size()); ++bi) {
-      const RankBuffer& rb = buffers_[size_t(bi)];
-      int64_t pos = 0;
-      for (int b = 0; b < int(rb.layout.buckets.size()); ++b) {
-        const Bucket& bk = rb.layout.buckets[size_t(b)];
-        const int64_t slice = rb.layout.SliceElems(b);
-        for (int s = 0; s < 3; ++s) {
-          ShardedTensor t;
-          t.key = BucketKey(rb, b, kAdamStates[size_t(s)]);
-          t.dtype = DType::kFloat32;
-          t.global_shape = {bk.end - bk.start};
-          t.global_offset = {rb.dp_rank * slice};
-          t.local_shape = {slice};
-          sd.AddTensor(std::move(t), Span(bi, s, pos, slice));
-        }
-        pos += slice;
-      }
-      const std::string& d = descriptors_[size_t(bi)];
-      const auto* p = reinterpret_cast<const std::byte*>(d.data());
-      sd.AddObject({LayoutKey(rb), {1}, {0}, {0, 0, rb.dp_rank}}, std::vector<std::byte>(p, p + d.size()));
-    }
-  }
+  if (IsModelSpace(format)) AddModelSpace(format, &sd);
+  else if (format == OptimizerFormat::kBucketSpace) AddBucketSpace(&sd);
+  else AddDpReshardable(&sd);
   sd.AddTensor(StepTensor(), std::as_writable_bytes(std::span<int64_t>(step_)));
   return sd;
 }
 
+void DistOptimizerState::AddModelSpace(OptimizerFormat format, ShardedStateDict* sd) {
+  const auto& names = AdamStateNames(format);
+  for (const Fragment& f : fragments_)
+    for (int s = 0; s < 3; ++s) {
+      ShardedTensor t = f.tensor;
+      t.key = "optimizer.state." + std::string(names[size_t(s)]) + "." + f.tensor.key;
+      sd->AddTensor(std::move(t), Span(f.buffer, s, f.pos, f.tensor.num_elements()));
+    }
+}
+
+void DistOptimizerState::AddBucketSpace(ShardedStateDict* sd) {
+  for (int bi = 0; bi < int(buffers_.size()); ++bi) {
+    const RankBuffer& rb = buffers_[size_t(bi)];
+    int64_t pos = 0;
+    for (int b = 0; b < int(rb.layout.buckets.size()); ++b) {
+      const Bucket& bk = rb.layout.buckets[size_t(b)];
+      const int64_t slice = rb.layout.SliceElems(b);
+      for (int s = 0; s < 3; ++s) {
+        ShardedTensor t;
+        t.key = BucketKey(rb, b, kAdamStates[size_t(s)]);
+        t.dtype = DType::kFloat32;
+        t.global_shape = {bk.end - bk.start};
+        t.global_offset = {rb.dp_rank * slice};
+        t.local_shape = {slice};
+        sd->AddTensor(std::move(t), Span(bi, s, pos, slice));
+      }
+      pos += slice;
+    }
+    sd->AddObject({LayoutKey(rb), {1}, {0}, {0, 0, rb.dp_rank}}, Blob(descriptors_[size_t(bi)]));
+  }
+}
+
+// MCore sharded_param_state_dp_reshardable: the rank's slice of each bucket,
+// cut at the unpadded end (the DP padding is not state and changes with DP).
+void DistOptimizerState::AddDpReshardable(ShardedStateDict* sd) {
+  std::set<int> optimizers;
+  for (int bi = 0; bi < int(buffers_.size()); ++bi) {
+    const RankBuffer& rb = buffers_[size_t(bi)];
+    int64_t pos = 0;
+    for (int b = 0; b < int(rb.layout.buckets.size()); ++b) {
+      const Bucket& bk = rb.layout.buckets[size_t(b)];
+      const int64_t slice = rb.layout.SliceElems(b);
+      const int64_t lo = rb.dp_rank * slice, hi = std::min(lo + slice, bk.numel_unpadded);
+      for (int s = 0; s < 3 && hi > lo; ++s) {
+        ShardedTensor t;
+        t.key = McoreBucketKey(rb, b, kMcoreAdamStates[size_t(s)]);
+        t.dtype = DType::kFloat32;
+        t.global_shape = {bk.numel_unpadded};
+        t.global_offset = {lo};
+        t.local_shape = {hi - lo};
+        sd->AddTensor(std::move(t), Span(bi, s, pos, hi - lo));
+      }
+      pos += slice;
+    }
+    sd->AddObject({McoreParamLayoutKey(rb), {1}, {0}, {0, 0, rb.dp_rank}}, Blob(mcore_layouts_[size_t(bi)]));
+    if (!optimizers.insert(rb.chained).second) continue;
+    for (bool unpadded : {false, true})
+      sd->AddObject({McorePrefix(rb) + (unpadded ? "per_bucket_numel_unpadded" : "per_bucket_numel"), {1}, {0},
+                     {0, 0, rb.dp_rank}},
+                    Blob(PerBucketNumel(buffers_, rb.chained, unpadded)));
+  }
+}
+
 ShardedStateDict DistOptimizerState::BucketLayoutRequest() const {
+  return LayoutRequest(OptimizerFormat::kBucketSpace);
+}
+
+ShardedStateDict DistOptimizerState::LayoutRequest(OptimizerFormat format) const {
   ShardedStateDict sd;
-  for (const RankBuffer& rb : buffers_) sd.AddObject({LayoutKey(rb), {1}, {0}, {0, 0, rb.dp_rank}});
+  for (const RankBuffer& rb : buffers_) {
+    if (format == OptimizerFormat::kBucketSpace) sd.AddObject({LayoutKey(rb), {1}, {0}, {0, 0, rb.dp_rank}});
+    if (format == OptimizerFormat::kDpReshardable)
+      sd.AddObject({McoreParamLayoutKey(rb), {1}, {0}, {0, 0, rb.dp_rank}});
+  }
   return sd;
+}
+
+Status DistOptimizerState::CheckLayout(OptimizerFormat format, const ShardedStateDict& loaded) const {
+  if (format == OptimizerFormat::kBucketSpace) return CheckBucketLayout(loaded);
+  if (format != OptimizerFormat::kDpReshardable) return Status::Ok();
+  std::map<std::string, const ObjectEntry*> got;
+  for (const ObjectEntry& o : loaded.objects()) got[o.meta.key] = &o;
+  for (size_t bi = 0; bi < buffers_.size(); ++bi) {
+    const std::string key = McoreParamLayoutKey(buffers_[bi]);
+    auto it = got.find(key);
+    if (it == got.end() || it->second->bytes.empty())
+      return Status::FailedPrecondition("the checkpoint has no optimizer buffer '" + key +
+                                        "' for this rank (its TP/PP/EP split differs)" + kDpReshardableRule);
+    const nlohmann::json saved = nlohmann::json::parse(Text(it->second->bytes), nullptr, false);
+    const nlohmann::json mine = nlohmann::json::parse(mcore_layouts_[bi]);
+    if (saved == mine) continue;
+    const std::string what = saved.is_object() && saved.value("numel_unpadded", nlohmann::json()) !=
+                                                      mine["numel_unpadded"]
+                                 ? "per-bucket unpadded sizes " + saved.value("numel_unpadded", nlohmann::json()).dump() +
+                                       " in the checkpoint, " + mine["numel_unpadded"].dump() + " in this job"
+                                 : std::string("the parameters laid out in it differ");
+    return Status::FailedPrecondition("dp_reshardable optimizer state does not match this job: in '" + key +
+                                      "' " + what + kDpReshardableRule);
+  }
+  return Status::Ok();
 }
 
 Status DistOptimizerState::CheckBucketLayout(const ShardedStateDict& loaded) const {

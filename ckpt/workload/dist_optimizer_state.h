@@ -1,8 +1,9 @@
 // DistOptimizerState: a rank's distributed-optimizer state (fp32 master
 // params, exp_avg, exp_avg_sq per owned bucket slice, and the step) for the
-// synthetic GPT workload, laid out by reshard/dist_optimizer.h, exposed as
-// model-space fragments or bucket-space slices, filled with and checked
-// against the deterministic expected values.
+// synthetic GPT workload, laid out by reshard/dist_optimizer.h, exposed in any
+// of its formats (MCore's fully_reshardable / dp_reshardable, ckpt's model /
+// bucket space), filled with and checked against the deterministic expected
+// values (the same values whatever the format).
 //
 // Owns its memory (spans stay valid while it lives, also across moves).
 // Not thread-safe.
@@ -35,10 +36,14 @@ class DistOptimizerState {
 
   const std::vector<RankBuffer>& buffers() const { return buffers_; }
   // Spans into this object: model-space fragments or bucket-space slices (+
-  // layout objects), and the step in both.
+  // layout objects), and the step in every format.
   ShardedStateDict StateDict(OptimizerFormat format);
-  // Just the bucket-space layout descriptors (empty bytes), to load before the
-  // tensors; then CheckBucketLayout(loaded).
+  // Bucket-space formats: just the layout objects (empty bytes), to load
+  // before the tensors; then CheckLayout(format, loaded) explains a mismatch
+  // (FailedPrecondition). Model-space formats: empty request, always OK.
+  ShardedStateDict LayoutRequest(OptimizerFormat format) const;
+  Status CheckLayout(OptimizerFormat format, const ShardedStateDict& loaded) const;
+  // LayoutRequest / CheckLayout for kBucketSpace.
   ShardedStateDict BucketLayoutRequest() const;
   Status CheckBucketLayout(const ShardedStateDict& loaded) const;
 
@@ -60,6 +65,9 @@ class DistOptimizerState {
   std::span<std::byte> Span(int buffer, int state, int64_t pos, int64_t n);
   std::span<const std::byte> View(int buffer, int state, int64_t pos, int64_t n) const;
   ShardedTensor StepTensor() const;
+  void AddModelSpace(OptimizerFormat format, ShardedStateDict* sd);
+  void AddBucketSpace(ShardedStateDict* sd);
+  void AddDpReshardable(ShardedStateDict* sd);
 
   ParallelConfig pc_;
   RankCoords coords_;
@@ -68,6 +76,7 @@ class DistOptimizerState {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> padding_;  // per buffer [pos, end)
   std::vector<Fragment> fragments_;
   std::vector<std::string> descriptors_;  // per buffer, bucket-space layout JSON
+  std::vector<std::string> mcore_layouts_;  // per buffer, dp_reshardable param layout JSON
   std::vector<int64_t> step_ = std::vector<int64_t>(1, 0);  // heap: spans survive moves
 };
 

@@ -8,6 +8,12 @@
 namespace ckpt::workload {
 namespace {
 std::string Str(int64_t v) { return std::to_string(v); }
+
+// The (empty) `_extra_state` objects the shards carry (MCore local linears).
+void AddExtraStates(const std::vector<GptShard>& shards, ShardedStateDict* sd) {
+  for (const GptShard& g : shards)
+    if (g.extra_state) sd->AddObject(*g.extra_state);
+}
 }  // namespace
 
 Result<GptLocalState> GptLocalState::Create(std::vector<GptShard> shards) {
@@ -52,6 +58,7 @@ std::span<std::byte> GptLocalState::Param(const std::string& name) {
 ShardedStateDict GptLocalState::StateDict() {
   ShardedStateDict sd;
   for (size_t i = 0; i < shards_.size(); ++i) sd.AddTensor(shards_[i].tensor, ShardData(i));
+  AddExtraStates(shards_, &sd);
   return sd;
 }
 
@@ -67,6 +74,7 @@ Result<ShardedStateDict> GptLocalState::StateDictFor(const std::vector<GptShard>
     sd.AddTensor(g.tensor, std::span<std::byte>(it->second).subspan(size_t(g.param_offset) * es,
                                                                      size_t(g.tensor.num_bytes())));
   }
+  AddExtraStates(other, &sd);
   return sd;
 }
 

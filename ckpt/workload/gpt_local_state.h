@@ -22,7 +22,10 @@ using reshard::GptShard;
 
 // Owns a rank's local parameter buffers (zeroed) and exposes them as a
 // ShardedStateDict whose spans point into this object: they stay valid while
-// the object lives (moving it keeps them valid). Not thread-safe.
+// the object lives (moving it keeps them valid). State dicts also carry the
+// shards' `_extra_state` objects (GptShard::extra_state, empty blobs), so a
+// load of a checkpoint without them fails as MCore's strict load does.
+// Not thread-safe.
 class GptLocalState {
  public:
   // Fails if shards of one parameter disagree on its shape or dtype, or overrun it.

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One distributed-optimizer save/load case with real processes:
 #   optimizer_load.sh <ckpt-binary> <scratch-dir> <model-spec> <save-layout> "<save flags>" <load>...
-#   <load> = <layout>[+<flag>...][!explain]   e.g.  dp=2   dp=2+--bucket-elems=50000   dp=2!explain
+#   <load> = <layout>[+<flag>...][!explain|!refuse]   e.g.  dp=2   dp=2+--bucket-elems=50000   dp=2!explain
 # Saves model + optimizer state under <save-layout> with mpirun (flags must
 # include --optimizer model|bucket), verifies the checkpoint, then loads it
 # under each <load>; '+' separates extra load flags. A plain load must check
 # optimizer elements (more than zero) and find every element - model and
 # optimizer - equal to its expected value. A load marked "!explain" must be
 # refused before reading, with the bucket-space explanation that names the
-# model-space format. MPIRUN holds the mpirun prefix.
+# model-space format; one marked "!refuse" must fail (exit 2) naming the
+# optimizer's bucket state. MPIRUN holds the mpirun prefix.
 set -euo pipefail
 ckpt=$1 scratch=$2 model=$3 save=$4 save_flags=$5
 shift 5
@@ -25,14 +26,20 @@ rm -rf "$scratch" && mkdir -p "$scratch"
 $MPIRUN -np "$(world "$save")" "$ckpt" save --root "$scratch" --iter 20 --model "$model" --layout "$save" $save_flags
 "$ckpt" verify "$scratch" >/dev/null
 for arg in "$@"; do
-  explain=0
+  explain=0 refuse=0
   [[ $arg == *'!explain' ]] && { explain=1; arg=${arg%'!explain'}; }
+  [[ $arg == *'!refuse' ]] && { refuse=1; arg=${arg%'!refuse'}; }
   IFS=+ read -ra parts <<<"$arg"
   load=${parts[0]}
   rc=0
   out=$($MPIRUN -np "$(world "$load")" "$ckpt" load --root "$scratch" --layout "$load" "${parts[@]:1}" 2>&1) || rc=$?
   echo "$out" | grep -E "^load|ckpt load" | sort -u || true
-  if ((explain)); then
+  if ((refuse)); then
+    ((rc == 2)) || { echo "FAILED: $save -> $arg: exit $rc, must be refused (2)"; echo "$out"; exit 1; }
+    grep -qE "optimizer\.distributed\.|dp_reshardable" <<<"$out" ||
+      { echo "FAILED: $save -> $arg: refused without naming the optimizer buckets"; echo "$out"; exit 1; }
+    echo "refused as expected: $(grep -m1 -oE "(InvalidArgument|NotFound|FailedPrecondition): .{0,160}" <<<"$out")"
+  elif ((explain)); then
     ((rc != 0)) || { echo "FAILED: $save -> $arg loaded, but bucket space must refuse it"; exit 1; }
     grep -q "bucket-space optimizer state does not match this job" <<<"$out" &&
       grep -q "save it in model space (--optimizer model)" <<<"$out" ||

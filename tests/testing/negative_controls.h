@@ -5,9 +5,12 @@
 // Pure functions of their arguments; thread-safe.
 #pragma once
 
+#include <functional>
+#include <string_view>
 #include <vector>
 
 #include "ckpt/base/status.h"
+#include "ckpt/convert/hf_llama.h"
 #include "reshard/megatron_gpt.h"
 #include "reshard/parallel_state.h"
 
@@ -24,5 +27,13 @@ namespace ckpt::testing {
 Result<std::vector<reshard::GptShard>> NaiveFc1Shards(const reshard::GptConfig& cfg,
                                                       const ParallelConfig& pc,
                                                       const RankCoords& coords);
+
+// Wrong HF -> MCore mappings for `ckpt convert --to ckpt` (through
+// HfImportOptions::links_hook), to show that the equal-logits oracle fails
+// for them: "naive-qkv" concatenates [q; k; v] instead of interleaving per
+// query group, "swap-gate-up" builds fc1 as [up; gate]. An empty function for
+// any other name.
+using LinksHook = std::function<void(std::vector<convert::TensorLink>*)>;
+LinksHook ConvertNegativeControl(std::string_view name);
 
 }  // namespace ckpt::testing
