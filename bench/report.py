@@ -74,6 +74,12 @@ for op in by:
         print(f"| {op}: {p['ranks']} ranks {p['from']} -> {p['to']} | | | {p['seconds']:.2f} s, {p['max_rss_mb']:.0f} MB RSS | < 10 s, < 2 GB | {'yes' if ok else 'NO'} |")
         if "bytes_read_total_share_dp" in p:
             print(f"| {op}: bytes read, all ranks: {p['bytes_read_total']/1e6:,.0f} MB without sharing, {p['bytes_read_total_share_dp']/1e6:,.0f} MB with --share-reads dp (checkpoint {p['checkpoint_bytes']/1e6:,.0f} MB) | | {p['bytes_read_total']/max(p['bytes_read_total_share_dp'],1):.0f}x less | | | |")
+for op in by:
+    if op.startswith("convert ") and "vs_read" in by[op]:
+        c = by[op]
+        base = by.get("convert baseline: read the HF bytes", {}).get("mb_per_s", float("nan"))
+        wb = by.get("convert baseline: write+fsync the same bytes", {}).get("mb_per_s", float("nan"))
+        print(f"| ckpt {op} ({c['model_mb']:.0f} MB model) | {c['mb_per_s']:.0f} | {c['vs_read']:.2f} | read the same bytes ({base:.0f} MB/s; {c.get('vs_write', float('nan')):.2f}x of write+fsync {wb:.0f} MB/s) | | peak RSS {c['peak_rss_mb']:.0f} MB = {c['rss_vs_model']:.2f} x model |")
 
 codec = [r for r in rows if r["op"] == "codec"]
 if codec:

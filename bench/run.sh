@@ -4,7 +4,8 @@
 # encode/decode MB/s) and pipelined shard writes (encode workers 0/1/2),
 # ckpt save (default workers and serial)/load/reshard raw and compressed,
 # async-save blocking time, peers (torch.save/torch.load per rank, h5py) on the
-# same arrays, scaling over ranks and state size, and the 70B/405B plan
+# same arrays, scaling over ranks and state size, ckpt convert (each direction
+# vs reading the same bytes, peak RSS vs model size), and the 70B/405B plan
 # simulation. Prints a table of MB/s and ratios and writes bench/out/*.png.
 #   bench/run.sh [build-dir]     (CKPT_BENCH_DIR: scratch, default <build>/benchdata)
 set -euo pipefail
@@ -78,6 +79,8 @@ echo "== peers on the same arrays"
 echo "== scaling: ranks and state size"
 for np in 1 2 4; do run_save "scale ranks $np" "$np" "tp=$np" demo; rm -rf "$DIR/scale ranks $np"; done
 for layers in 1 2 4 8; do run_save "scale layers $layers" 2 tp=2 "demo:num_layers=$layers"; rm -rf "$DIR/scale layers $layers"; done
+echo "== ckpt convert (HF safetensors <-> ckpt, torch.save) on a ~1 GB model vs reading its bytes"
+/usr/bin/python3 "$HERE/convert_bench.py" "$CKPT" "$DIR/convert" "$R"
 echo "== plan simulation (no data)"
 for spec in "llama70b tp=8,pp=16,dp=64 tp=8,pp=8,dp=128" "llama405b tp=8,pp=14,dp=146 tp=8,pp=7,dp=292"; do
   set -- $spec

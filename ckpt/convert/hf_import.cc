@@ -87,12 +87,16 @@ Status FillShard(const ShardedTensor& t, bool stacked_layers, const LinkMap& lin
     CKPT_ASSIGN_OR_RETURN(SafetensorsDir::Located src, dir.Find(l->hf_name));
     for (const RowRun& run : l->runs) {
       const int64_t lo = std::max(row0, run.mcore_row), hi = std::min(row0 + rows, run.mcore_row + run.rows);
-      for (int64_t r = lo; r < hi; r = cols == width ? hi : r + 1) {  // full rows: one read
-        const int64_t n = cols == width ? hi - lo : 1;
+      if (lo >= hi) continue;
+      auto read = [&](int64_t r, int64_t n) {  // n rows from MCore row r on, columns [col0, col0 + cols)
         const uint64_t from = uint64_t(((run.hf_row + r - run.mcore_row) * width + col0) * int64_t(es));
-        std::span<std::byte> dst = buf.subspan(size_t((r - row0) * cols) * es, size_t(n * cols) * es);
-        CKPT_RETURN_IF_ERROR(src.file->Read(*src.entry, from, dst));
+        return src.file->Read(*src.entry, from, buf.subspan(size_t((r - row0) * cols) * es, size_t(n * cols) * es));
+      };
+      if (cols == width) {  // whole rows are contiguous in both: one read
+        CKPT_RETURN_IF_ERROR(read(lo, hi - lo));
+        continue;
       }
+      for (int64_t r = lo; r < hi; ++r) CKPT_RETURN_IF_ERROR(read(r, 1));  // a column block per row
     }
   }
   return Status::Ok();

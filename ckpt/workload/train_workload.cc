@@ -202,6 +202,8 @@ ShardedStateDict TrainWorkload::SaveDict(const ResumeParts& parts) {
   step.global_offset = {0};
   step.replica_id = {coords_.pp, coords_.tp, DpCpRank(layout_, coords_)};  // main on rank 0 only
   sd.AddTensor(std::move(step), std::as_writable_bytes(std::span<int64_t>(step_)));
+  for (const reshard::GptShard& g : shards_)  // MCore's _extra_state of the linears (GptConfig::extra_state)
+    if (g.extra_state) sd.AddObject(*g.extra_state);
 
   DataIteratorState it{sampler_->consumed_samples(), cfg_.global_batch, cfg_.total_samples, ledger_};
   std::vector<std::pair<const char*, nlohmann::json>> objects = {

@@ -9,8 +9,8 @@
 #     gives safetensors files identical byte for byte to the first export;
 #  3. MCore keys both ways: a job saving stacked keys + _extra_state exports
 #     to HF; the --mcore import at TP4xPP2 has its fingerprint, and a job
-#     asking for _extra_state (strict) loads it with every element right; a
-#     checkpoint without them is refused, naming the object;
+#     asking for _extra_state (strict) loads it with every element right, also
+#     after `ckpt reshard`; a checkpoint without them is refused, naming the object;
 #  4. bad input exits 2 naming the file and tensor (missing shard file).
 #   convert.sh <ckpt-binary> <scratch-dir>      (MPIRUN holds the mpirun prefix)
 set -euo pipefail
@@ -45,6 +45,9 @@ $MPIRUN -np 2 "$ckpt" save --root "$s/am" --iter 5 --model tiny:stack_layers=tru
 out=$($MPIRUN -np 8 "$ckpt" load --root "$s/mm" --layout tp=4,pp=2)
 echo "$out"
 grep -q "mismatches 0" <<<"$out" || { echo "FAILED: loading the --mcore import"; exit 1; }
+"$ckpt" reshard "$s/mm" "$s/mm1" --to tp=1 >/dev/null  # stacked keys and extra state carried
+out=$("$ckpt" load --root "$s/mm1" --layout tp=1)
+grep -q "mismatches 0" <<<"$out" || { echo "FAILED: offline reshard of the --mcore import"; echo "$out"; exit 1; }
 rc=0
 out=$($MPIRUN -np 2 "$ckpt" load --root "$s/b" --layout tp=2 --model :extra_state=true 2>&1) || rc=$?
 ((rc == 2)) && grep -q "_extra_state' cell 0 is not in checkpoint" <<<"$out" ||

@@ -1,7 +1,6 @@
 // Negative controls (see negative_controls.h).
 #include "tests/testing/negative_controls.h"
 
-#include <map>
 #include <string>
 #include <string_view>
 
@@ -51,15 +50,15 @@ Result<std::vector<reshard::GptShard>> NaiveFc1Shards(const reshard::GptConfig& 
 LinksHook ConvertNegativeControl(std::string_view name) {
   if (name == "naive-qkv")
     return [](std::vector<convert::TensorLink>* links) {
-      std::map<std::string, int64_t> q_rows;  // per layer prefix
-      for (const auto& l : *links)
-        if (l.hf_name.ends_with("self_attn.q_proj.weight")) q_rows[l.hf_name.substr(0, l.hf_name.size() - 23)] = l.hf_shape[0];
+      int64_t q_rows = 0;  // HF order per layer: q_proj, k_proj, v_proj
       for (auto& l : *links) {
-        const std::string prefix = l.hf_name.substr(0, l.hf_name.rfind("self_attn.") + 0);
         const int64_t rows = l.hf_shape[0];
-        if (l.hf_name.ends_with("q_proj.weight")) l.runs = {{0, 0, rows}};
-        if (l.hf_name.ends_with("k_proj.weight")) l.runs = {{0, q_rows[prefix], rows}};
-        if (l.hf_name.ends_with("v_proj.weight")) l.runs = {{0, q_rows[prefix] + rows, rows}};
+        if (l.hf_name.ends_with("self_attn.q_proj.weight")) {
+          q_rows = rows;
+          l.runs = {{0, 0, rows}};
+        }
+        if (l.hf_name.ends_with("self_attn.k_proj.weight")) l.runs = {{0, q_rows, rows}};
+        if (l.hf_name.ends_with("self_attn.v_proj.weight")) l.runs = {{0, q_rows + rows, rows}};
       }
     };
   if (name == "swap-gate-up")

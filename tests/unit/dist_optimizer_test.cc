@@ -7,12 +7,14 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 #include <numeric>
 
 #include "reshard/intersect.h"
 #include "reshard/read_plan.h"
 #include "ckpt/workload/dist_optimizer_state.h"
+#include "ckpt/workload/expected_values.h"
 
 namespace ckpt::reshard {
 namespace {
@@ -369,8 +371,148 @@ TEST(DistOptStateTest, BucketLayoutMismatchesAreExplained) {
 
 TEST(DistOptStateTest, FormatNamesRoundTrip) {
   EXPECT_EQ(*ParseOptimizerFormat("model"), OptimizerFormat::kModelSpace);
+  EXPECT_EQ(*ParseOptimizerFormat("fully_sharded_model_space"), OptimizerFormat::kModelSpace);
   EXPECT_EQ(OptimizerFormatName(*ParseOptimizerFormat("bucket")), "bucket");
-  EXPECT_FALSE(ParseOptimizerFormat("fully_reshardable").ok());
+  EXPECT_EQ(*ParseOptimizerFormat("fully_reshardable"), OptimizerFormat::kFullyReshardable);
+  EXPECT_EQ(*ParseOptimizerFormat("dp_reshardable"), OptimizerFormat::kDpReshardable);
+  EXPECT_NE(ParseOptimizerFormat("dp_zero_gather_scatter").status().message().find("known: fully_reshardable"),
+            std::string::npos);
+  EXPECT_TRUE(IsBucketSpace(OptimizerFormat::kDpReshardable) && IsModelSpace(OptimizerFormat::kFullyReshardable));
+  EXPECT_EQ(McoreBufferDtypeName(DType::kBFloat16), "(torch.bfloat16, torch.float32)");
+}
+
+// fully_reshardable: MCore's keys (param, not fp32_param) over the params'
+// global tensors; reshards across DP, TP, PP, EP and bucket size like model space.
+TEST(DistOptStateTest, FullyReshardableUsesMcoreNamesAndReshardsEverywhere) {
+  Job j = MakeJob(Tiny(), "tp=2,dp=2", 0, OptimizerFormat::kFullyReshardable, true);
+  std::set<std::string> keys;
+  for (const auto& sd : j.dicts)
+    for (const auto& t : sd.tensors()) keys.insert(t.meta.key);
+  EXPECT_TRUE(keys.count("optimizer.state.param.decoder.layers.0.self_attention.linear_qkv.weight"));
+  EXPECT_TRUE(keys.count("optimizer.state.exp_avg_sq.embedding.word_embeddings.weight"));
+  for (const auto& k : keys) EXPECT_EQ(k.find("fp32_param"), std::string::npos) << k;
+  for (const Change& c : std::vector<Change>{{"tp=2,dp=2,pp=2", "tp=1,dp=3", 20000, 0, true},
+                                             {"tp=2,dp=4,ep=4", "tp=1,pp=2,dp=2,ep=2", 30000, 0, false, 8}}) {
+    GptConfig cfg = Tiny();
+    cfg.tied_embeddings = c.tied;
+    cfg.num_experts = c.experts;
+    cfg.moe_ffn_hidden = 32;
+    Job src = MakeJob(cfg, c.from, c.from_bucket, OptimizerFormat::kFullyReshardable, true);
+    Job dst = MakeJob(cfg, c.to, c.to_bucket, OptimizerFormat::kFullyReshardable, false);
+    Reshard(src, dst);
+    EXPECT_EQ(Mismatches(dst), 0) << c.from << " -> " << c.to;
+  }
+}
+
+// A loader registering whole-parameter boxes (MCore's fully_reshardable load:
+// no flattened_range) reads what DP ranks saved as fragments.
+TEST(DistOptStateTest, FullyReshardableLoadsAsWholeParameterBoxes) {
+  GptConfig cfg = Tiny();
+  Job src = MakeJob(cfg, "dp=3", 0, OptimizerFormat::kFullyReshardable, true);
+  ParallelConfig pc = *ParallelConfig::Parse("tp=2");
+  std::vector<SavedShard> saved;
+  std::vector<std::span<const std::byte>> data;
+  for (const auto& sd : src.dicts)
+    for (const auto& t : sd.tensors())
+      if (t.meta.is_main_replica()) {
+        saved.push_back({t.meta, 0, 0, {}});
+        data.push_back(t.data);
+      }
+  int64_t checked = 0;
+  auto target = GptShards(cfg, pc, *CoordsOf(pc, 1));
+  ASSERT_TRUE(target.ok());
+  for (const GptShard& g : *target) {
+    ShardedTensor req = g.tensor;  // the param's box, as MCore's loader requests it
+    req.key = "optimizer.state.exp_avg." + g.tensor.key;
+    req.dtype = DType::kFloat32;
+    auto plan = PlanReads(saved, {req});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    std::vector<std::byte> buf(size_t(req.num_bytes()));
+    for (const ChunkRead& cr : plan->requests[0].reads)
+      for (const CopyRun& run : cr.runs)
+        std::memcpy(buf.data() + run.dst * 4, data[size_t(cr.saved_shard)].data() + run.src * 4, size_t(run.len) * 4);
+    ShardedTensor expect = g.tensor;
+    expect.key += "/exp_avg";
+    expect.dtype = DType::kFloat32;
+    int64_t first = -1;
+    EXPECT_EQ(*workload::CountMismatches(expect, buf, &first, cfg.vocab_size), 0) << g.tensor.key;
+    checked += req.num_elements();
+  }
+  EXPECT_GT(checked, 100000);
+}
+
+// dp_reshardable: MCore's bucket keys over the UNPADDED bucket, so the state
+// loads at another DP size (4 -> 3 -> 2) with the same bucket boundaries.
+TEST(DistOptStateTest, DpReshardableUsesMcoreKeysAndLoadsAtAnotherDp) {
+  Job dp4 = MakeJob(Tiny(), "dp=4", 40000, OptimizerFormat::kDpReshardable, true);
+  std::map<std::string, std::vector<ShardedTensor>> by_key;
+  for (const auto& sd : dp4.dicts)
+    for (const auto& t : sd.tensors()) by_key[t.meta.key].push_back(t.meta);
+  const std::string k0 = "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.bfloat16, torch.float32)."
+                         "bucket_idx_0.param";
+  ASSERT_TRUE(by_key.count(k0)) << by_key.begin()->first;
+  const Bucket& b0 = dp4.ranks[0]->buffers()[0].layout.buckets[0];
+  EXPECT_EQ(by_key[k0][0].global_shape, (Shape{b0.numel_unpadded}));  // not the DP-padded size
+  for (const auto& [key, shards] : by_key)
+    if (key != kStepKey) {
+      EXPECT_TRUE(CheckCoverage(key, shards[0].global_shape, shards).ok()) << key;
+    }
+  std::set<std::string> objects;
+  for (const auto& o : dp4.dicts[1].objects()) objects.insert(o.meta.key);
+  EXPECT_TRUE(objects.count("optimizer.distributed.dp_group_idx_0.per_bucket_numel_unpadded"));
+  EXPECT_TRUE(objects.count("optimizer.distributed.dp_group_idx_0.gbuf_idx_0.param_layout"));
+  for (const char* to : {"dp=3", "dp=2"}) {
+    Job dst = MakeJob(Tiny(), to, 40000, OptimizerFormat::kDpReshardable, false);
+    bool padding_differs = false;  // else the test would not show a DP change
+    for (size_t b = 0; b < dst.ranks[0]->buffers()[0].layout.buckets.size(); ++b)
+      padding_differs |= dst.ranks[0]->buffers()[0].layout.buckets[b].end !=
+                         dp4.ranks[0]->buffers()[0].layout.buckets[b].end;
+    if (std::string(to) == "dp=3") {
+      ASSERT_TRUE(padding_differs) << "lcm(3, 128) must pad differently";
+    }
+    Reshard(dp4, dst);
+    EXPECT_EQ(Mismatches(dst), 0) << "dp=4 -> " << to;
+  }
+}
+
+Status CheckMcoreLayout(const Job& src, const Job& dst, int rank) {
+  ShardedStateDict req = dst.ranks[size_t(rank)]->LayoutRequest(OptimizerFormat::kDpReshardable);
+  for (auto& want : req.objects())
+    for (const auto& sd : src.dicts)
+      for (const auto& o : sd.objects())
+        if (o.meta.key == want.meta.key && o.meta.is_main_replica()) want.bytes = o.bytes;
+  return dst.ranks[size_t(rank)]->CheckLayout(OptimizerFormat::kDpReshardable, req);
+}
+
+TEST(DistOptStateTest, DpReshardableRefusesOtherSplitsAndBucketSizes) {
+  Job dp4 = MakeJob(Tiny(), "dp=4", 40000, OptimizerFormat::kDpReshardable, true);
+  Job dp3 = MakeJob(Tiny(), "dp=3", 40000, OptimizerFormat::kDpReshardable, false);
+  EXPECT_TRUE(CheckMcoreLayout(dp4, dp3, 2).ok());
+  Job other_bucket = MakeJob(Tiny(), "dp=4", 0, OptimizerFormat::kDpReshardable, false);
+  Status st = CheckMcoreLayout(dp4, other_bucket, 0);
+  EXPECT_EQ(st.code(), Code::kFailedPrecondition);
+  EXPECT_NE(st.message().find("per-bucket unpadded sizes"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--optimizer fully_reshardable"), std::string::npos) << st.message();
+  Job tp2 = MakeJob(Tiny(), "tp=2,dp=2", 40000, OptimizerFormat::kDpReshardable, false);
+  st = CheckMcoreLayout(dp4, tp2, 1);  // model-parallel rank 1 has no buffers in a TP1 checkpoint
+  EXPECT_NE(st.message().find("has no optimizer buffer 'optimizer.distributed.dp_group_idx_1.gbuf_idx_0"),
+            std::string::npos) << st.message();
+}
+
+// With expert buffers MCore chains two optimizers and prefixes their keys.
+TEST(DistOptStateTest, DpReshardableKeysOfChainedDenseAndExpertOptimizers) {
+  GptConfig moe = Tiny();
+  moe.num_experts = 8;
+  moe.moe_ffn_hidden = 32;
+  Job j = MakeJob(moe, "tp=2,dp=4,ep=4", 0, OptimizerFormat::kDpReshardable, true);
+  std::set<std::string> prefixes;
+  for (const auto& t : j.dicts[3].tensors())
+    if (t.meta.key != kStepKey) prefixes.insert(t.meta.key.substr(0, t.meta.key.find(".gbuf_idx")));
+  EXPECT_EQ(prefixes, (std::set<std::string>{"chained_0.optimizer.distributed.dp_group_idx_1",
+                                             "chained_1.optimizer.distributed.dp_group_idx_1"}));
+  Job dense = MakeJob(Tiny(), "tp=2,pp=2,dp=2", 0, OptimizerFormat::kDpReshardable, true);
+  EXPECT_EQ(dense.dicts[7].tensors()[0].meta.key.rfind("optimizer.distributed.dp_group_idx_3.gbuf_idx_0", 0), 0u)
+      << dense.dicts[7].tensors()[0].meta.key;  // tp 1 + 2 * pp 1
 }
 
 }  // namespace

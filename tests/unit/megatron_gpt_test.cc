@@ -278,6 +278,33 @@ TEST(GptLayoutTest, StackedLayersPrependTheLayerAxis) {
   FAIL() << "stacked linear_proj not found";
 }
 
+// MCore's local-spec linears (ColumnParallelLinear / RowParallelLinear)
+// register "<module>._extra_state": one object per linear layer, on the layer
+// grid when stacked ((1,) otherwise), replica (0, tp, dp); none for norms and
+// the output layer (GPTModel drops it). Off by default.
+TEST(GptLayoutTest, ExtraStateObjectsOfTheLinearLayers) {
+  GptConfig cfg = *GptPreset("tiny");
+  ParallelConfig pc = *ParallelConfig::Parse("tp=2,pp=2,dp=2");
+  for (const GptShard& g : Shards(cfg, pc, 0)) EXPECT_FALSE(g.extra_state) << g.tensor.key;
+  cfg.extra_state = true;
+  for (bool stacked : {false, true}) {
+    cfg.stack_layers = stacked;
+    std::map<std::string, const GptShard*> with;
+    const auto shards = Shards(cfg, pc, 7);  // tp 1, dp 1, pp 1: layers 4..7 and the output
+    for (const GptShard& g : shards)
+      if (g.extra_state) with[g.extra_state->key + "@" + std::to_string(g.extra_state->cell())] = &g;
+    EXPECT_EQ(with.size(), 4u * 4u) << stacked;  // qkv, proj, fc1, fc2 of 4 layers
+    const std::string key = stacked ? "decoder.layers.mlp.linear_fc1._extra_state"
+                                    : "decoder.layers.5.mlp.linear_fc1._extra_state";
+    const auto it = with.find(key + "@" + (stacked ? "5" : "0"));
+    ASSERT_NE(it, with.end()) << key;
+    const ShardedObject& o = *it->second->extra_state;
+    EXPECT_EQ(o.global_shape, stacked ? Shape{8} : Shape{1});
+    EXPECT_EQ(o.replica_id, (ReplicaId{0, 1, 1}));
+    EXPECT_EQ(it->second->tensor.global_offset[stacked ? 1 : 0], 64);  // on W_1 (ffn 128 / tp 2), the first fc1 shard
+  }
+}
+
 TEST(GptLayoutTest, StageLayerSpansMatchMcoreOffsets) {
   GptConfig cfg = *GptPreset("tiny");  // 8 layers
   auto spans = [&](const char* spec, int p) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "reshard/gpt_config_json.h"
 #include "reshard/intersect.h"
 #include "reshard/read_plan.h"
 #include "ckpt/workload/gpt_local_state.h"
@@ -45,7 +46,7 @@ TEST(MoeLayoutTest, ExpertsAreSplitOverEpWithAPrependedExpertAxis) {
   const GptShard* w = Find(shards, "decoder.layers.2.mlp.experts.local_experts.1.linear_fc1.weight");
   const GptShard* v = Find(shards, "decoder.layers.2.mlp.experts.local_experts.1.linear_fc1.weight", 1);
   ASSERT_TRUE(w && v);
-  EXPECT_EQ(w->tensor.key, "decoder.layers.2.mlp.experts.linear_fc1.weight");
+  EXPECT_EQ(w->tensor.key, "decoder.layers.2.mlp.experts.experts.linear_fc1.weight");  // MCore's name
   EXPECT_EQ(w->tensor.global_shape, (Shape{8, 64, 64}));  // [E, 2*ffn, h]
   EXPECT_EQ(w->tensor.global_offset, (Shape{7, 16, 0}));  // expert 3*2+1, W block tp=1
   EXPECT_EQ(v->tensor.global_offset, (Shape{7, 48, 0}));  // V block tp + 1
@@ -80,9 +81,48 @@ TEST(MoeLayoutTest, StackedLayersPutTheLayerAxisBeforeTheExpertAxis) {
   auto shards = Shards(cfg, "pp=2,dp=2,ep=2", 3);  // pp 1, ep 1
   const GptShard* fc2 = Find(shards, "decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.weight");
   ASSERT_TRUE(fc2);
-  EXPECT_EQ(fc2->tensor.key, "decoder.layers.mlp.experts.linear_fc2.weight");
+  EXPECT_EQ(fc2->tensor.key, "decoder.layers.mlp.experts.experts.linear_fc2.weight");
   EXPECT_EQ(fc2->tensor.global_shape, (Shape{8, 8, 64, 32}));
   EXPECT_EQ(fc2->tensor.global_offset, (Shape{5, 7, 0, 0}));  // layer 4+1, expert 4+3
+}
+
+// MCore (SequentialMLP/TEGroupedMLP under MoELayer's "experts") keys experts
+// "...mlp.experts.experts.<name>"; checkpoints written before recorded no key
+// style and keep reading with their "...mlp.experts.<name>".
+TEST(MoeLayoutTest, McoreExpertKeysByDefaultLegacyKeysForOldMetadata) {
+  GptConfig cfg = TinyMoe();
+  nlohmann::json j = GptConfigToJson(cfg);
+  EXPECT_EQ(j["expert_keys"], "mcore");
+  j.erase("expert_keys");  // metadata of a checkpoint written before the option existed
+  auto old = GptConfigFromJson(j);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->expert_keys, GptConfig::ExpertKeys::kLegacy);
+  auto shards = Shards(*old, "dp=2,ep=2", 1);
+  const GptShard* fc1 = Find(shards, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight");
+  ASSERT_TRUE(fc1);
+  EXPECT_EQ(fc1->tensor.key, "decoder.layers.0.mlp.experts.linear_fc1.weight");
+  j["expert_keys"] = "other";
+  EXPECT_FALSE(GptConfigFromJson(j).ok());
+}
+
+// With extra_state, each expert linear carries MCore's _extra_state object on
+// the [layers,] experts grid, replicated over TP and expert-DP.
+TEST(MoeLayoutTest, ExpertExtraStateObjectsSitOnTheExpertGrid) {
+  GptConfig cfg = TinyMoe();
+  cfg.extra_state = true;
+  cfg.stack_layers = true;
+  auto shards = Shards(cfg, "tp=2,dp=4,ep=4", 7);  // tp 1, ep 3, expert-dp 0: experts 6, 7
+  const GptShard* fc1 = Find(shards, "decoder.layers.2.mlp.experts.local_experts.1.linear_fc1.weight");
+  const GptShard* v = Find(shards, "decoder.layers.2.mlp.experts.local_experts.1.linear_fc1.weight", 1);
+  ASSERT_TRUE(fc1 && v && fc1->extra_state);
+  EXPECT_FALSE(v->extra_state);  // one object per module, on its first shard
+  EXPECT_EQ(fc1->extra_state->key, "decoder.layers.mlp.experts.experts.linear_fc1._extra_state");
+  EXPECT_EQ(fc1->extra_state->global_shape, (Shape{8, 8}));
+  EXPECT_EQ(fc1->extra_state->global_offset, (Shape{2, 7}));
+  EXPECT_EQ(fc1->extra_state->replica_id, (ReplicaId{0, 1, 0}));
+  const GptShard* router = Find(shards, "decoder.layers.2.mlp.router.weight");
+  ASSERT_TRUE(router);
+  EXPECT_FALSE(router->extra_state);  // TopKRouter has no extra state
 }
 
 // Every element of every tensor has exactly one main replica, whatever the split.
@@ -96,7 +136,7 @@ TEST(MoeLayoutTest, MainReplicasTileEveryTensorExactlyOnce) {
     for (int r = 0; r < pc.world_size(); ++r)
       for (const GptShard& g : Shards(cfg, spec, r))
         if (g.tensor.is_main_replica()) by_key[g.tensor.key].push_back(g.tensor);
-    EXPECT_GT(by_key.count("decoder.layers.7.mlp.experts.linear_fc1.weight"), 0u);
+    EXPECT_GT(by_key.count("decoder.layers.7.mlp.experts.experts.linear_fc1.weight"), 0u);
     for (const auto& [key, ts] : by_key)
       EXPECT_TRUE(CheckCoverage(key, ts[0].global_shape, ts).ok()) << spec << " " << key;
   }
