@@ -16,7 +16,7 @@
 set -euo pipefail
 ckpt=$1 s=$2
 rm -rf "$s" && mkdir -p "$s"
-fp() { "$ckpt" fingerprint "$1" | head -1; }
+fp() { "$ckpt" fingerprint "$1" | sed -n 1p; }  # sed reads it all: no SIGPIPE under pipefail
 $MPIRUN -np 4 "$ckpt" save --root "$s/a" --iter 5 --model tiny --layout tp=2,pp=2 >/dev/null
 "$ckpt" convert "$s/a" "$s/hf" --to hf
 ls "$s/hf"
@@ -30,7 +30,8 @@ echo "$out"
 grep -q "mismatches 0" <<<"$out" || { echo "FAILED: the re-imported state differs"; exit 1; }
 
 "$ckpt" convert "$s/hf" "$s/m" --to ckpt --layout tp=4,pp=2 --mcore
-"$ckpt" inspect "$s/m" | grep -q "decoder.layers.self_attention.linear_qkv.weight" ||
+inspect=$("$ckpt" inspect "$s/m")  # (not piped into grep -q: pipefail + SIGPIPE)
+grep -q "decoder.layers.self_attention.linear_qkv.weight" <<<"$inspect" ||
   { echo "FAILED: --mcore did not stack the layer keys"; exit 1; }
 "$ckpt" convert "$s/m" "$s/hf2" --to hf
 for f in "$s"/hf/*.safetensors; do
