@@ -25,7 +25,7 @@ test: build
 
 bench: build
 	CKPT_BENCH_DEPS=1 bash scripts/install_deps.sh
-	bash bench/run.sh $(BUILD)
+	/usr/bin/python3 bench/run.py $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
