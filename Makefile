@@ -46,7 +46,7 @@ test: build
 
 bench: build
 	CKPT_BENCH_DEPS=1 bash scripts/install_deps.sh
-	bash bench/run.sh $(BUILD)
+	/usr/bin/python3 bench/run.py $(BUILD)
 
 # Unit tests only (label "unit"; no mpirun campaign or integration tests).
 sanitize: deps
