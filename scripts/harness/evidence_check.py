@@ -10,7 +10,8 @@ headlines of the measurement and of the negative control), generated here.
 
   evidence_check.py [--evidence F] [--seeds DIR]          check (CI): exit 1 on a mismatch
   evidence_check.py --write [--evidence F] [--seeds DIR]  regenerate values and rows from F
-  evidence_check.py --drift OLD NEW                       compare two runs' numbers
+  evidence_check.py --drift OLD NEW                       compare two runs' numbers (timing-class values:
+                                                          presence only, the machines differ)
 
 F defaults to seeds/level8/evidence/full.json: the evidence.json of the last
 full-size run (`ckpt scenario run --all --out DIR`, copied there).
@@ -89,7 +90,7 @@ def agree(sid, name, text_val, measured, spec):
 
 def row(sid, sc, run_meta):
     ev = sc["evidence"]
-    size = "缩减规模 / reduced" if run_meta.get("reduced") else "完整规模 / full size"
+    size = "缩减规模 / reduced" if ev.get("reduced", run_meta.get("reduced")) else "完整规模 / full size"
     return "\n".join([
         "<!-- evidence:begin -->",
         f"本机证据（{size}，{run_meta.get('generated_at', '?')}，{run_meta.get('cores', '?')} 核，{sc['wall_seconds']:.1f} s，"
@@ -155,6 +156,8 @@ def drift(old_path, new_path):
                 if k not in nt:
                     problems.append(f"{sid}: {pre}{k} no longer measured")
                     continue
+                if is_timing(pre + k):
+                    continue  # machines and load differ between runs: presence only
                 ok, why = agree(sid, pre + k, fmt_value(nt[k]) if not isinstance(nt[k], (dict, list)) else "",
                                 v, "")
                 if not ok:
