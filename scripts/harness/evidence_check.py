@@ -35,7 +35,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from scenario_runner import Unmeasured, fmt_value, nc_text, headline, text_of  # noqa: E402
+from scenario_runner import Unmeasured, fmt_value, headline, nc_text  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 TIMING_FACTOR = 3.0
