@@ -3,7 +3,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git libhdf5-dev hdf5-tools libzstd-dev zstd libssl-dev
       libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libgtest-dev googletest
-      python3 python3-h5py python3-numpy python3-torch)  # torch: the convert logits oracle (tests/python)
+      python3 python3-h5py python3-numpy python3-torch python3-pybind11 python3-pytest python3-mpi4py)
+# torch: the convert logits oracle and the Python API (python/, tests/python); pybind11: its extension
 if [[ "${CKPT_BENCH_DEPS:-0}" == 1 ]]; then PKGS+=(python3-matplotlib); fi
 missing=()
 for p in "${PKGS[@]}"; do
