@@ -1,5 +1,6 @@
 #include "support/state_util.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ckpt::testing {
@@ -55,8 +56,9 @@ void OwnedState::Add(ShardedTensor meta, bool fill) {
 }
 
 void OwnedState::AddObject(ShardedObject meta, std::string bytes) {
+  // No memcpy: an empty blob has b.data() == nullptr, and memcpy(nullptr, .., 0) is UB.
   std::vector<std::byte> b(bytes.size());
-  std::memcpy(b.data(), bytes.data(), bytes.size());
+  std::transform(bytes.begin(), bytes.end(), b.begin(), [](char c) { return std::byte(c); });
   dict_.AddObject(std::move(meta), std::move(b));
 }
 
