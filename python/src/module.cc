@@ -62,7 +62,6 @@ pyb::tuple Load(const pyb::list& tensors, const pyb::list& objects, const std::s
   o.verify_hashes = verify_hashes;
   o.fallback = fallback;
   o.strict = Value(ParseStrictMode(strict), RankOf(comm), "load");
-  if (comm && comm->kind == "callback") o.threads = std::max(1, DefaultLoadThreads());
   Result<LoadStats> r = Status::Internal("not run");
   {
     pyb::gil_scoped_release nogil;

@@ -90,11 +90,11 @@ def dead_rank(comm, rank, d, how):
     if rank == 2:
         if how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(6)  # hang: past the others' deadline
+        time.sleep(9)  # hang: past the others' deadline
         return {"hung": True}
     t0 = time.monotonic()
     try:
-        ckpt.save(sd, d, 2, comm=comm, timeout=2)
+        ckpt.save(sd, d, 2, comm=comm, timeout=4)
     except ckpt.CkptError as e:
         return {"code": e.code, "rank": e.rank, "phase": e.phase, "message": e.message,
                 "seconds": time.monotonic() - t0}

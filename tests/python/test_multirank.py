@@ -3,6 +3,7 @@ torch.multiprocessing spawn with a gloo group (ckpt.TorchComm); the scenarios
 are in mp_worker.py (each rank records its outcome as JSON)."""
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -96,10 +97,13 @@ def test_dead_rank_fails_the_others_nothing_committed(launcher, how, workdir):
         got = res[r]
         assert got and got["ok"], (r, got)
         assert got["code"] in ("Timeout", "Aborted"), got
-        assert "2" in got["message"] and ("'plan'" in got["message"] or "phase" in got["message"]), got
-        assert got["seconds"] < 2 * 1.25 + 3, got  # deadline 2 s (decision wait 1.25x) + slack
+        # Rank 0 names rank 2; the others get rank 0's verdict naming it, or -
+        # when rank 0 entered the gather more than a quarter deadline after
+        # them (a loaded machine) - name rank 0 (Comm::GatherDecide's contract).
+        who = "2" if r == 0 else "(2|0)"
+        assert re.search(rf"rank\(s\) {who} within \d+ ms in phase '(begin|plan)'", got["message"]), got
+        assert got["seconds"] < 4 * 1.25 + 3, got  # deadline 4 s (decision wait 1.25x) + slack
     assert not os.path.exists(os.path.join(workdir, "iter_0000002")), os.listdir(workdir)
-    assert [n for n in os.listdir(workdir) if n.startswith(".iter_0000002")] in ([], None) or True
     # The previous checkpoint still loads (one process, TP1).
     sd, mine, want = mp_worker.state(1, 0, 0, False, it=1)
     ckpt.load(sd, workdir)
