@@ -1,10 +1,13 @@
-# make demo : install missing packages, build, run the main scenario.
+# make demo : install missing packages, build, run the main scenario: a PyTorch
+#             TP/DP GPT trains at TP4, is SIGKILLed mid-save, verified, resumed at
+#             TP4 and at TP2xDP2 (examples/torch_gpt/demo.py; table + PNG plot).
+# make demo-synthetic : the ~1 GB synthetic save/verify/load table (scripts/demo.sh).
 # make test : install missing packages, build, run the whole test suite.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON
 
-.PHONY: all deps configure build demo test bench clean
+.PHONY: all deps configure build demo demo-synthetic test bench clean
 
 all: build
 
@@ -18,6 +21,10 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
+	cd examples && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+		/usr/bin/python3 -m torch_gpt.demo --build $(abspath $(BUILD))
+
+demo-synthetic: build
 	bash scripts/demo.sh $(BUILD)
 
 test: build

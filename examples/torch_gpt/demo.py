@@ -123,10 +123,13 @@ def stats(a) -> dict:
                        "mb_per_s_median": sorted(r["mb_per_s"] for r in rs)[len(rs) // 2]}
     asy = pick("async_save")
     if asy:
+        med = lambda f: sorted(f(r) for r in asy)[len(asy) // 2]
         out["async_save"].update(
-            blocking_ms_median=sorted(r["blocking_s"] * 1e3 for r in asy)[len(asy) // 2],
-            memcpy_ms_median=sorted(r["memcpy_s"] * 1e3 for r in asy)[len(asy) // 2],
-            ratio_median=sorted(r["blocking_ratio_vs_memcpy"] for r in asy)[len(asy) // 2])
+            blocking_ms_median=med(lambda r: r["blocking_s"] * 1e3),
+            ckpt_blocking_ms_median=med(lambda r: r["ckpt_blocking_s"] * 1e3),
+            memcpy_ms_median=med(lambda r: r["memcpy_s"] * 1e3),
+            ratio_median=med(lambda r: r["blocking_ratio_vs_memcpy"]),
+            ckpt_ratio_median=med(lambda r: r["ckpt_blocking_ratio_vs_memcpy"]))
     return out
 
 
@@ -143,25 +146,42 @@ def print_table(a, res: dict) -> None:
 
 
 def plot(a, res: dict) -> None:
+    """Top: the three loss curves (they overlap: that is the result). Bottom:
+    each resumed run's loss minus the straight run's at the same step."""
     import matplotlib  # noqa: PLC0415
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
     logs, k, kill = res["logs"], res["resume_at"], res["kill"]["killed_in_save_of"]
     xy = lambda n: ([r["iteration"] for r in logs[n]], [r["loss"] for r in logs[n]])
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
-    ax.plot(*xy("straight"), "-", color="0.2", lw=2.5, label="straight run, TP4 (no failure)")
-    ax.plot(*xy("crash"), "-", color="tab:red", lw=1, label=f"crashed run, SIGKILL in save {kill}")
+    straight = {r["iteration"]: r["loss"] for r in logs["straight"]}
+    dxy = lambda n: ([r["iteration"] for r in logs[n]],
+                     [r["loss"] - straight[r["iteration"]] for r in logs[n]])
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 6), dpi=110, sharex=True,
+                                 gridspec_kw={"height_ratios": [3, 1.3]})
+    ax.plot(*xy("straight"), "-", color="0.2", lw=3, label="straight run, TP4 (never killed)")
+    ax.plot(*xy("crash"), "-", color="tab:red", lw=1.2,
+            label=f"killed run, TP4: SIGKILL during its save of iter {kill}")
     ax.plot(*xy("resume_tp4"), "--", color="tab:blue", lw=1.8,
-            label=f"resumed at TP4 from iter {k} (bitwise = straight)")
-    ax.plot(*xy("resume_tp2"), ":", color="tab:orange", lw=2.2,
+            label=f"resumed at TP4 from committed iter {k}")
+    ax.plot(*xy("resume_tp2"), ":", color="tab:orange", lw=2.4,
             label=f"resumed at TP2xDP2 from iter {k} (online reshard)")
-    ax.axvline(k, color="tab:green", lw=1, alpha=0.6)
-    ax.axvline(kill, color="tab:red", lw=1, alpha=0.4, ls="--")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("training loss (byte-level LM, nats)")
-    ax.set_title("torch_gpt (Megatron-style TP/DP) checkpointed with ckpt")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    for x in (ax, bx):
+        x.axvline(k, color="tab:green", lw=1, alpha=0.7)
+        x.axvline(kill, color="tab:red", lw=1, alpha=0.5, ls="--")
+        x.grid(alpha=0.3)
+    top = max(r["loss"] for r in logs["straight"])
+    ax.text(k + 0.3, top, f"resume from\niter {k}", color="tab:green", fontsize=8, va="top")
+    ax.text(kill + 0.3, top, f"SIGKILL in\nsave {kill}", color="tab:red", fontsize=8, va="top")
+    ax.set_ylabel("training loss (nats/byte)")
+    ax.set_title("torch_gpt (Megatron-style TP/DP GPT in PyTorch) checkpointed with ckpt")
+    ax.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 0.85))
+    bx.plot(*dxy("resume_tp4"), "--", color="tab:blue", lw=1.8, label="TP4 resumed - straight")
+    bx.plot(*dxy("resume_tp2"), ":", color="tab:orange", lw=2.2, marker=".",
+            label="TP2xDP2 resumed - straight")
+    bx.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+    bx.set_ylabel("loss difference")
+    bx.set_xlabel("iteration")
+    bx.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     os.makedirs(os.path.dirname(a.png), exist_ok=True)
     fig.savefig(a.png)
@@ -196,12 +216,17 @@ def print_summary(s: dict, a) -> None:
           f"checkpoint; loss max|diff| vs straight {c['tp2_max_abs_loss_diff']:.2e} "
           "(fp32 reduction order: TP2 sums over half the ranks, DP2 averages two micro-batch "
           "gradients)")
-    for op, v in st.items():
-        extra = (f", blocking {v['blocking_ms_median']:.1f} ms vs memcpy "
-                 f"{v['memcpy_ms_median']:.1f} ms ({v['ratio_median']:.1f}x)"
-                 if op == "async_save" else "")
-        print(f"{op}: {v['count']} x {v['mb']:.2f} MB, median {v['mb_per_s_median']:.0f} MB/s"
-              f"{extra}")
+    for op in ("save", "load"):
+        if op in st:
+            v = st[op]
+            print(f"{op}: {v['count']} x {v['mb']:.2f} MB (all ranks), median "
+                  f"{v['mb_per_s_median']:.1f} MB/s (wall time of the collective call)")
+    if "async_save" in st:
+        v = st["async_save"]
+        print(f"async save: {v['count']} x {v['mb']:.2f} MB; the training loop blocked "
+              f"{v['blocking_ms_median']:.2f} ms (ckpt's snapshot {v['ckpt_blocking_ms_median']:.2f}"
+              f" ms) vs memcpy of the same bytes {v['memcpy_ms_median']:.2f} ms: "
+              f"{v['ratio_median']:.1f}x ({v['ckpt_ratio_median']:.1f}x) (medians, slowest rank)")
     print(f"plot: {a.png}")
     print(f"demo: {'PASSED' if c['ok'] else 'FAILED'} in {s['seconds']:.0f} s "
           f"(details: {os.path.join(a.out, 'demo_summary.json')})")
