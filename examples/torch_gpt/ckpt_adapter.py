@@ -1,7 +1,7 @@
 """The one place that maps torch_gpt's descriptors onto ckpt's Python API.
 
-Assumed API of the `ckpt` module (Megatron-Core dist_checkpointing style; it is
-being written in parallel, so the module is passed in, never imported here):
+The API of the `ckpt` module used (python/ckpt, Megatron-Core dist_checkpointing
+style; the module is passed in, never imported here, so tests can pass a stand-in):
   ckpt.ShardedTensor.from_rank_offsets(key, tensor, *(axis, rank_offset, num_parts),
                                        replica_id=tuple, allow_shape_mismatch=bool)
       global_shape[axis] = tensor.shape[axis] * num_parts,

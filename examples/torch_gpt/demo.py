@@ -104,6 +104,7 @@ def checks(a, res: dict) -> dict:
                                                     story.tensor_digests(b, p("tp2_after_load")))
     c["ok"] = (c["tp4_losses_bitwise"] == c["tp4_losses"] == a.steps - k
                and not c["final_state"]["differing"] and not c["after_reshard_load"]["differing"]
+               and c["crash_losses_bitwise"] == len(logs["crash"])
                and res["verify"].get("ok", False) and k < res["kill"]["killed_in_save_of"])
     res["logs"] = logs
     return c
