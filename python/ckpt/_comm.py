@@ -71,7 +71,9 @@ class _StoreComm:
             self._fail(phase, e)
 
     def _post(self, key, value, counter, phase):
-        self._op(phase, self._store.set, key, value)
+        # One marker byte: torch's store mishandles empty values (a get of one
+        # stalls ~0.6 s), and Barrier sends empty messages.
+        self._op(phase, self._store.set, key, b"v" + bytes(value))
         self._op(phase, self._store.add, key + "/r", 1)
         self._op(phase, self._store.add, counter, 1)
 
@@ -88,8 +90,11 @@ class _StoreComm:
             time.sleep(pause)
             pause = min(pause * 2, 2e-3)
 
+    def _read(self, key, phase):
+        return self._op(phase, self._store.get, key)[1:]
+
     def _take(self, key, phase):
-        value = self._op(phase, self._store.get, key)
+        value = self._read(key, phase)
         self._op(phase, self._store.delete_key, key)
         self._op(phase, self._store.delete_key, key + "/r")
         return value
@@ -107,16 +112,21 @@ class _StoreComm:
         return out
 
     def broadcast(self, msg, root, timeout, phase):
+        """Root returns once every rank has taken the message (as MpiComm's
+        sends complete), so a root that exits next never strands a reader."""
         deadline = time.monotonic() + timeout
         base = self._next() + "/b"
         if self.rank == root:
             self._post(base + "/m", msg, base + "/n", phase)
+            readers = {f"{base}/t{r}": r for r in range(self.size) if r != root}
+            self._await(base + "/taken", len(readers), readers, deadline, timeout, phase, "message not taken by")
+            for k in ["/m", "/m/r", "/n", "/taken"] + [f"/t{r}/r" for r in readers.values()]:
+                self._op(phase, self._store.delete_key, base + k)
             return msg
         self._await(base + "/n", 1, {base + "/m": root}, deadline, timeout, phase, "no message from")
-        got = self._op(phase, self._store.get, base + "/m")
-        if self._op(phase, self._store.add, base + "/read", 1) == self.size - 1:  # the last reader cleans up
-            for k in ("/m", "/m/r", "/n", "/read"):
-                self._op(phase, self._store.delete_key, base + k)
+        got = self._read(base + "/m", phase)
+        self._op(phase, self._store.add, f"{base}/t{self.rank}/r", 1)
+        self._op(phase, self._store.add, base + "/taken", 1)
         return got
 
     def alltoall(self, out, timeout, phase):

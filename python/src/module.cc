@@ -156,6 +156,31 @@ double MemcpySeconds(const pyb::list& tensors, int reps) {
   return Value(MedianStateMemcpySeconds(sd, dst, reps), 0, "memcpy");
 }
 
+// Mean seconds per call of one Comm collective ("gather", "broadcast",
+// "allgather", "barrier", "alltoall") with `bytes`-byte messages, after a
+// warm-up barrier: the control-plane latency bench (bench/python_api.py).
+double CommBench(const std::shared_ptr<CommHandle>& h, const std::string& op, int reps, int64_t bytes,
+                 double timeout_s) {
+  Comm* c = CommOf(h);
+  if (!c) Check(Status::InvalidArgument("comm_bench needs a comm"), 0, "comm_bench");
+  const std::string msg(size_t(bytes), 'x');
+  const Millis t = MillisOf(timeout_s);
+  pyb::gil_scoped_release nogil;
+  Check(c->Barrier(t, "bench-start"), c->rank(), "comm_bench");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) {
+    Status st;
+    if (op == "gather") st = c->Gather(msg, 0, t, "bench").status();
+    else if (op == "broadcast") st = c->Broadcast(msg, 0, t, "bench").status();
+    else if (op == "allgather") st = c->AllGather(msg, t, "bench").status();
+    else if (op == "barrier") st = c->Barrier(t, "bench");
+    else if (op == "alltoall") st = c->AllToAll(std::vector<std::string>(size_t(c->size()), msg), t, "bench").status();
+    else st = Status::InvalidArgument("unknown collective '" + op + "'");
+    Check(st, c->rank(), "comm_bench");
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / std::max(reps, 1);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_ckpt, m) {
@@ -182,6 +207,7 @@ PYBIND11_MODULE(_ckpt, m) {
   m.def("verify", &Verify);
   m.def("fingerprint", &FingerprintOf);
   m.def("memcpy_seconds", &MemcpySeconds);
+  m.def("comm_bench", &CommBench);
   pyb::class_<PyAsyncSaver>(m, "AsyncSaver")
       .def(pyb::init<std::shared_ptr<CommHandle>>())
       .def("start", &PyAsyncSaver::Start)
