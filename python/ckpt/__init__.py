@@ -17,6 +17,7 @@ from ._descriptors import ShardedObject, ShardedTensor
 from ._errors import (AbortedError, AlreadyExistsError, CkptError, CkptIOError, CkptTimeoutError,
                       CorruptionError, FailedPreconditionError, InternalError, InvalidArgumentError,
                       NoSpaceError, NotFoundError, UnimplementedError)
+from ._convert import convert
 from ._read import fingerprint, inspect, read_tensor, verify
 from ._tensors import bf16_to_float32, float32_to_bf16
 

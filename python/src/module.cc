@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "py_comm.h"
+#include "py_convert.h"
 #include "py_state.h"
 #include "ckpt/format/manifest.h"
 
@@ -207,6 +208,7 @@ PYBIND11_MODULE(_ckpt, m) {
   m.def("fingerprint", &FingerprintOf);
   m.def("memcpy_seconds", &MemcpySeconds);
   m.def("comm_bench", &CommBench);
+  DefineConvert(m);
   pyb::class_<PyAsyncSaver>(m, "AsyncSaver")
       .def(pyb::init<std::shared_ptr<CommHandle>>())
       .def("start", &PyAsyncSaver::Start)
