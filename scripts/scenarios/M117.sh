@@ -49,7 +49,7 @@ with open(path, "r+b") as fh:
 print(json.dumps({"dataset": "/tensors/" + name, "chunk": chunk, "chunks_in_dataset": nchunks, "offset": offset,
                   "flat": flat, "fletcher32": fletcher, "file": path}))
 EOF
-run_to verify_bad "$CKPT" verify "$R" --json --all
+run_to verify_bad "$CKPT" verify "$R" --json --all-problems
 run_to fp_nohash "$CKPT" fingerprint "$R" --no-verify --json
 run_to fp_hash "$CKPT" fingerprint "$R" --json
 run_to load_bad mpi $L load --root "$R" --json
