@@ -185,7 +185,7 @@ int RunLoad(const JobFlags& f) {
   if (!job.ok()) return Fail("load", -1, job.status());
   GptJob& j = **job;
   j.timeout = Millis(f.timeout_ms);
-  if (spec->format && reshard::IsBucketSpace(*spec->format)) {
+  if (spec->format == reshard::OptimizerFormat::kBucketSpace) {
     Status pre = PrecheckBucketLayout(j, f.root, iteration);
     if (!pre.ok()) return j.rank() == 0 ? Fail("load", 0, pre) : kExitError;
   }
