@@ -26,13 +26,14 @@ struct JobFlags {
   int64_t chunk_kb = 4096;
   int encode_threads = -1;  // -1: DefaultEncodeThreads()
   int64_t timeout_ms = 60000;
-  bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false;
+  bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false, allow_older = false;
 };
 
 void AddCommon(CLI::App* cmd, JobFlags* f) {
   cmd->add_option("--root", f->root, "checkpoint root directory")->required();
   cmd->add_option("--layout", f->layout, "this job's layout, e.g. tp=4,pp=2,dp=1 (world = tp*cp*dp*pp)");
-  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective");
+  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective (> 0)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--naive-fc1", f->naive_fc1, "negative control: register SwiGLU fc1 as a plain axis-0 slice");
   cmd->add_flag("--json", f->json, "print the summary as JSON");
   cmd->add_option("--bucket-elems", f->bucket_elems,
@@ -77,6 +78,8 @@ Result<std::unique_ptr<Comm>> ShareComm(GptJob& j, const std::string& mode, cons
 double Secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 int RunSave(const JobFlags& f) {
+  if (f.iteration < 0)
+    return Fail("save", -1, Status::InvalidArgument("--iter " + std::to_string(f.iteration) + ": an iteration is >= 0"));
   std::string name;
   auto model = ResolveModel(f.model.empty() ? "tiny" : f.model, f.root, -1, &name);
   if (!model.ok()) return Fail("save", -1, model.status());
@@ -85,6 +88,7 @@ int RunSave(const JobFlags& f) {
   auto job = StartGptJob(f.layout, *model, name, f.naive_fc1, *spec);
   if (!job.ok()) return Fail("save", -1, job.status());
   GptJob& j = **job;
+  j.timeout = Millis(f.timeout_ms);
   Status st = j.FillExpected();
   if (!st.ok()) return Fail("save", j.rank(), st);
   auto comp = ParseCompression(f.compression);
@@ -92,13 +96,20 @@ int RunSave(const JobFlags& f) {
 
   SaveOptions o;
   o.root = f.root;
-  o.iteration = f.iteration < 0 ? 0 : f.iteration;
+  o.iteration = f.iteration;
   o.comm = j.comm.get();
   o.timeout = Millis(f.timeout_ms);
   o.write.codec.compression = *comp;
   o.write.chunk_bytes = f.chunk_kb * 1024;
   if (f.encode_threads >= 0) o.write.encode_threads = f.encode_threads;
   o.balance_replicas = !f.no_balance;
+  o.allow_older = f.allow_older;
+  if (auto iters = ListIterations(DefaultEnv(), f.root); f.allow_older && iters.ok() && !iters->empty() &&
+                                                         iters->back() > o.iteration)
+    Print0(j, "ckpt save: --allow-older: saving iteration %lld below iteration %lld under the root; 'latest' "
+              "(inspect, train --resume, load) still picks %lld\n",
+           static_cast<long long>(o.iteration), static_cast<long long>(iters->back()),
+           static_cast<long long>(iters->back()));
   o.layout = reshard::LayoutToJson(j.layout);
   o.metadata = {{"model", name}, {"gpt", ModelToJson(*model)}};
   if (spec->format) o.metadata["optimizer"] = OptimizerMetadata(*spec);
@@ -114,7 +125,11 @@ int RunSave(const JobFlags& f) {
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but %s\n", j.rank(),
                  static_cast<long long>(o.iteration), r->warning.message().c_str());
   auto all = j.AllGatherJson({{"bytes", r->bytes_written}, {"file", r->file_bytes}});
-  if (!all.ok()) return Fail("save", j.rank(), all.status());
+  if (!all.ok()) {  // committed all the same: a missing report is a warning, never a failed save
+    std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but the report gather failed: %s\n",
+                 j.rank(), static_cast<long long>(o.iteration), all.status().ToString().c_str());
+    return kExitOk;
+  }
   int64_t total = 0, mx = 0, mn = INT64_MAX;
   for (const auto& a : *all) {
     int64_t b = a["bytes"].get<int64_t>();
@@ -162,20 +177,21 @@ int RunLoad(const JobFlags& f) {
   const int64_t iteration = ResolveLoadIteration(f.root, f.iteration);
   auto model = ResolveModel(f.model, f.root, iteration, &name);
   if (!model.ok()) return Fail("load", -1, model.status());
-  auto saved = ReadManifest(DefaultEnv(), f.root, iteration);
+  auto saved = ReadManifestOrOlder(f.root, iteration);
   auto spec = LoadOptimizerSpec(f.optimizer, f.bucket_elems,
                                 saved.ok() ? saved->metadata : nlohmann::json::object());
   if (!spec.ok()) return Fail("load", -1, spec.status());
   auto job = StartGptJob(f.layout, *model, name, f.naive_fc1, *spec);
   if (!job.ok()) return Fail("load", -1, job.status());
   GptJob& j = **job;
+  j.timeout = Millis(f.timeout_ms);
   if (spec->format == reshard::OptimizerFormat::kBucketSpace) {
     Status pre = PrecheckBucketLayout(j, f.root, iteration);
     if (!pre.ok()) return j.rank() == 0 ? Fail("load", 0, pre) : kExitError;
   }
   LoadOptions o;
   o.root = f.root;
-  o.iteration = iteration;
+  o.iteration = f.iteration;  // -1: the loader resolves "latest" and notes newer iterations it skips
   o.comm = j.comm.get();
   o.timeout = Millis(f.timeout_ms);
   o.fallback = f.fallback;
@@ -199,6 +215,8 @@ int RunLoad(const JobFlags& f) {
   const double secs = Secs(t0);
   mem.peak = probe.Peak();
   if (!r.ok()) return FailLoad(j, r.status(), o.timeout);
+  for (const std::string& why : r->skipped)
+    if (j.rank() == 0) std::fprintf(stderr, "ckpt load: warning: skipped %s\n", why.c_str());
   for (const auto* keys : {&r->missing_keys, &r->unexpected_keys})
     for (const auto& k : *keys)
       Print0(j, "load  %s key (strict %s): %s\n", keys == &r->missing_keys ? "missing" : "unexpected",
@@ -288,6 +306,8 @@ void RegisterSave(CLI::App& app, int* exit_code) {
   cmd->add_option("--encode-threads", f->encode_threads,
                   "pad/compress/hash workers per rank (0: serial; default: cores per local rank)");
   cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
+  cmd->add_flag("--allow-older", f->allow_older,
+                "save below the newest iteration under the root (refused by default: 'latest' would still pick it)");
   f->optimizer = "none";
   cmd->add_option("--optimizer", f->optimizer,
                   "distributed-optimizer state to save: none, model (model space: reshardable across "

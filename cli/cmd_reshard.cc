@@ -1,6 +1,7 @@
 // ckpt reshard: rewrite a checkpoint under another layout, offline.
 // ckpt plan:    the read plan of a load under another layout, without data.
 #include <algorithm>
+#include <deque>
 #include <chrono>
 #include <map>
 #include <set>
@@ -20,6 +21,7 @@
 #include "reshard/read_plan.h"
 #include "ckpt/workload/gpt_local_state.h"
 #include "ckpt/workload/dist_optimizer_state.h"
+#include "ckpt/workload/train_keys.h"
 
 namespace ckpt::cli {
 namespace {
@@ -42,37 +44,73 @@ Result<SavedModel> ReadSavedModel(const std::string& root, int64_t iteration) {
 }
 
 // A target rank's model parameters plus, when the source holds model-space
-// distributed-optimizer state, that rank's optimizer fragments (the optimizer
-// is resharded with the model, never dropped).
+// distributed-optimizer state, that rank's optimizer fragments in the
+// source's format (the optimizer is resharded with the model, never dropped),
+// or, for a `ckpt train` checkpoint (metadata.train), the trainer's Adam state:
+// optimizer.state.<s>.<key> fp32 in each model shard's box and replica, and
+// optimizer.step on rank 0 (train_workload.h).
 class GptRankState final : public RankState {
  public:
-  GptRankState(workload::GptLocalState s, std::unique_ptr<workload::DistOptimizerState> opt)
+  GptRankState(workload::GptLocalState s, std::unique_ptr<workload::DistOptimizerState> opt,
+               reshard::OptimizerFormat format, bool train_state, int rank)
       : state_(std::move(s)), optimizer_(std::move(opt)), dict_(state_.StateDict()) {
-    if (!optimizer_) return;
-    ShardedStateDict o = optimizer_->StateDict(reshard::OptimizerFormat::kModelSpace);
-    for (auto& t : o.tensors()) dict_.AddTensor(std::move(t.meta), t.data);
-    for (auto& b : o.objects()) dict_.AddObject(std::move(b.meta), std::move(b.bytes));
+    if (optimizer_) {
+      ShardedStateDict o = optimizer_->StateDict(format);
+      for (auto& t : o.tensors()) dict_.AddTensor(std::move(t.meta), t.data);
+      for (auto& b : o.objects()) dict_.AddObject(std::move(b.meta), std::move(b.bytes));
+    }
+    if (train_state) AddTrainState(rank);
   }
   ShardedStateDict& dict() override { return dict_; }
 
  private:
+  void AddTrainState(int rank) {
+    const size_t n = dict_.tensors().size();  // the model's entries only
+    for (size_t i = 0; i < n; ++i)
+      for (const char* state : workload::kOptimizerStates) {
+        ShardedTensor t = dict_.tensors()[i].meta;
+        t.key = workload::OptimizerKey(state, t.key);
+        t.dtype = DType::kFloat32;
+        t.allow_shape_mismatch = dict_.tensors()[i].meta.allow_shape_mismatch;
+        buffers_.push_back(std::vector<std::byte>(size_t(t.num_bytes())));
+        dict_.AddTensor(std::move(t), buffers_.back());
+      }
+    if (rank != 0) return;
+    ShardedTensor step;
+    step.key = workload::kStepTensor;
+    step.dtype = DType::kInt64;
+    step.global_shape = step.global_offset = step.local_shape = {1};
+    step.global_offset = {0};
+    buffers_.push_back(std::vector<std::byte>(8));
+    dict_.AddTensor(std::move(step), buffers_.back());
+  }
+
   workload::GptLocalState state_;
   std::unique_ptr<workload::DistOptimizerState> optimizer_;
   ShardedStateDict dict_;
+  std::deque<std::vector<std::byte>> buffers_;  // stable addresses
 };
 
-// Whether to carry optimizer state, from the source metadata; bucket-space
-// state is tied to its bucket layout and cannot be rewritten under another one.
-Result<std::optional<int64_t>> OptimizerBucketElems(const nlohmann::json& metadata) {
+// The source's distributed-optimizer state, from its metadata: its format
+// (model-space formats reshard: model, fully_reshardable) and bucket size.
+struct SourceOptimizer {
+  reshard::OptimizerFormat format = reshard::OptimizerFormat::kModelSpace;
+  int64_t bucket_elems = 0;
+};
+
+Result<std::optional<SourceOptimizer>> SourceOptimizerOf(const nlohmann::json& metadata) {
   const nlohmann::json opt = metadata.value("optimizer", nlohmann::json());
-  if (!opt.is_object() || !opt.contains("format")) return std::optional<int64_t>();
-  const std::string format = opt.value("format", std::string());
-  if (format == "bucket")
-    return Status::FailedPrecondition(
-        "the source holds bucket-space optimizer state, which loads only into its own bucket layout; "
-        "save it with --optimizer model to reshard it");
-  if (format != "model") return Status::InvalidArgument("unknown optimizer format '" + format + "' in metadata");
-  return std::optional<int64_t>(opt.value("bucket_elems", int64_t{0}));
+  if (!opt.is_object() || !opt.contains("format")) return std::optional<SourceOptimizer>();
+  if (!opt["format"].is_string() || (opt.contains("bucket_elems") && !opt["bucket_elems"].is_number_integer()))
+    return Status::InvalidArgument("malformed optimizer metadata: " + opt.dump().substr(0, 120));
+  SourceOptimizer s;
+  CKPT_ASSIGN_OR_RETURN(s.format, reshard::ParseOptimizerFormat(opt["format"].get<std::string>()));
+  if (reshard::IsBucketSpace(s.format))
+    return Status::FailedPrecondition("the source holds " + std::string(reshard::OptimizerFormatName(s.format)) +
+                                      " optimizer state (bucket space), which loads only into its own bucket "
+                                      "layout; save it with --optimizer model or fully_reshardable to reshard it");
+  s.bucket_elems = opt.value("bucket_elems", int64_t{0});
+  return std::optional<SourceOptimizer>(s);
 }
 
 Result<std::vector<reshard::GptShard>> TargetShards(const reshard::GptConfig& model, const ParallelConfig& pc, int rank) {
@@ -113,18 +151,20 @@ int RunReshard(const ReshardFlags& f) {
   o.drop_objects.insert(f.drop_objects.begin(), f.drop_objects.end());
   const reshard::GptConfig model = saved->model;
   const ParallelConfig pc = *target;
-  auto bucket_elems = OptimizerBucketElems(saved->manifest.metadata);
-  if (!bucket_elems.ok()) return Fail("reshard", bucket_elems.status());
+  auto source_opt = SourceOptimizerOf(saved->manifest.metadata);
+  if (!source_opt.ok()) return Fail("reshard", source_opt.status());
+  const bool train_state = !*source_opt && saved->manifest.metadata.contains("train");
   auto stats = ReshardOffline(o, [&](int rank) -> Result<std::unique_ptr<RankState>> {
     CKPT_ASSIGN_OR_RETURN(auto shards, TargetShards(model, pc, rank));
     std::unique_ptr<workload::DistOptimizerState> opt;
-    if (*bucket_elems) {
+    if (*source_opt) {
       CKPT_ASSIGN_OR_RETURN(RankCoords c, CoordsOf(pc, rank));
-      CKPT_ASSIGN_OR_RETURN(auto o, workload::DistOptimizerState::Create(model, pc, c, shards, {**bucket_elems}));
+      CKPT_ASSIGN_OR_RETURN(auto o, workload::DistOptimizerState::Create(model, pc, c, shards, {(*source_opt)->bucket_elems}));
       opt = std::make_unique<workload::DistOptimizerState>(std::move(o));
     }
     CKPT_ASSIGN_OR_RETURN(auto state, workload::GptLocalState::Create(std::move(shards)));
-    return std::unique_ptr<RankState>(new GptRankState(std::move(state), std::move(opt)));
+    const auto format = *source_opt ? (*source_opt)->format : reshard::OptimizerFormat::kModelSpace;
+    return std::unique_ptr<RankState>(new GptRankState(std::move(state), std::move(opt), format, train_state, rank));
   });
   if (!stats.ok()) return Fail("reshard", stats.status());
   json out = {{"op", "reshard"}, {"from", saved->manifest.layout}, {"to", pc.ToString()},

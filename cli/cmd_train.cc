@@ -34,7 +34,8 @@ struct TrainFlags {
   int64_t steps = 10, save_every = 0, inject_nan = -1, timeout_ms = 60000;
   workload::TrainConfig cfg;
   TrainSaveFlags save;
-  bool resume = false, no_rng = false, no_iterator = false, kill_after_save = false, json = false;
+  bool resume = false, no_rng = false, no_iterator = false, kill_after_save = false, json = false,
+       allow_older = false;
 };
 
 double Secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -123,6 +124,7 @@ Result<std::string> Save(Job& j, const TrainFlags& f, const workload::ResumePart
   o.comm = j.comm.get();
   o.timeout = Millis(f.timeout_ms);
   o.nonfinite = policy;
+  o.allow_older = f.allow_older;
   o.write.codec.compression = comp;
   o.layout = reshard::LayoutToJson(j.layout);
   o.metadata = {{"model", f.model}, {"gpt", f.cfg.model}, {"train", j.work->config().ArgsJson()}};
@@ -138,6 +140,14 @@ int Run(TrainFlags& f) {
   auto save_at = ParseSaveAt(f.save_at);
   if (!save_at.ok()) return Fail(j, save_at.status());
   json resumed = nullptr;
+  if (!f.resume && !f.allow_older) {  // check the root now, not after every step ran
+    auto iters = ListIterations(DefaultEnv(), f.root);
+    if (iters.ok() && !iters->empty())
+      return Fail(j, Status::FailedPrecondition(
+                         "root '" + f.root + "' already holds iteration " + std::to_string(iters->back()) +
+                         " (an earlier run?): this run's saves would not be 'latest'; use --resume, a fresh "
+                         "root, or --allow-older"), /*agreed=*/true);
+  }
   if (f.resume) {
     LoadStats ls;
     Status st = j.work->Resume(f.root, -1, j.comm.get(), parts, Millis(f.timeout_ms), &ls);
@@ -224,13 +234,15 @@ void RegisterTrain(CLI::App& app, int* exit_code) {
   cmd->add_option("--save-every", f->save_every, "save every K iterations (and always at --steps)");
   cmd->add_option("--save-at", f->save_at, "save at these iterations, comma-separated (and always at --steps)");
   cmd->add_flag("--resume", f->resume, "resume from the latest checkpoint under --root (strict)");
+  cmd->add_flag("--allow-older", f->allow_older,
+                "start a new run in a root holding newer iterations (refused by default: 'latest' would pick them)");
   cmd->add_flag("--no-rng-state", f->no_rng, "negative control: neither save nor load the RNG state");
   cmd->add_flag("--no-iterator-state", f->no_iterator, "negative control: neither save nor load the data iterator state");
   cmd->add_flag("--kill-after-save", f->kill_after_save, "SIGKILL every rank right after the first save commits");
   cmd->add_option("--inject-nan", f->inject_nan, "fault: a NaN gradient at this iteration (tensor decoder.layers.0.mlp.linear_fc2.weight, element 100)");
   cmd->add_option("--nonfinite", f->nonfinite, "NaN/Inf at save: refuse (default), warn or allow");
   cmd->add_option("--compress", f->compression, "none or zstd");
-  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every checkpoint collective");
+  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every checkpoint collective (> 0)")->check(CLI::PositiveNumber);
   cmd->add_flag("--async-save", f->save.async,
                 "save in the background (AsyncSaver on its own communicator; needs MPI_THREAD_MULTIPLE): "
                 "training blocks only for the snapshot copy");

@@ -1,52 +1,86 @@
-// ckpt verify: re-hash everything; report the first (or every) bad file/tensor/chunk.
+// ckpt verify: re-hash everything; report the first (or every) bad file/tensor/chunk,
+// of the latest iteration, one given, or every iteration (--all).
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/verify.h"
 #include "cli/commands.h"
 
 namespace ckpt::cli {
+namespace {
+
+struct VerifyFlags {
+  std::string root;
+  VerifyOptions opts;
+  bool json = false, all_iterations = false, all_problems = false;
+};
+
+// Verifies one iteration (-1: latest), prints its report; the exit code.
+int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
+  VerifyOptions o = f.opts;
+  o.iteration = iteration;
+  o.stop_at_first = !f.all_problems;
+  auto r = VerifyCheckpoint(DefaultEnv(), f.root, o);
+  if (!r.ok()) {
+    out->push_back({{"ok", false}, {"iteration", iteration}, {"error", r.status().ToString()}});
+    std::fprintf(stderr, "ckpt verify: %s\n", r.status().ToString().c_str());
+    // A manifest that fails its own hash is a failed check, not a usage error.
+    return r.status().code() == Code::kCorruption ? kExitCheckFailed : kExitError;
+  }
+  const double mbps = r->seconds > 0 ? double(r->bytes_checked) / 1e6 / r->seconds : 0;
+  nlohmann::json j{{"ok", r->ok()}, {"iteration", r->iteration}, {"files", r->files_checked},
+                   {"chunks", r->chunks_checked}, {"bytes", r->bytes_checked}, {"seconds", r->seconds},
+                   {"mb_per_s", mbps}, {"issues", nlohmann::json::array()}};
+  for (const auto& i : r->issues)
+    j["issues"].push_back({{"file", i.file}, {"tensor", i.tensor}, {"dataset", i.dataset}, {"chunk", i.chunk},
+                           {"problem", i.problem}});
+  out->push_back(j);
+  if (!f.json) {
+    for (const auto& i : r->issues) std::printf("BAD %s\n", i.ToString().c_str());
+    std::printf("%s: iteration %lld, %lld files, %lld chunks, %lld bytes in %.3f s (%.0f MB/s)\n",
+                r->ok() ? "OK" : "FAILED", static_cast<long long>(r->iteration),
+                static_cast<long long>(r->files_checked), static_cast<long long>(r->chunks_checked),
+                static_cast<long long>(r->bytes_checked), r->seconds, mbps);
+  }
+  return r->ok() ? kExitOk : kExitCheckFailed;
+}
+
+int RunVerify(const VerifyFlags& f) {
+  nlohmann::json reports = nlohmann::json::array();
+  int rc = kExitOk;
+  if (!f.all_iterations) {
+    rc = VerifyOne(f, f.opts.iteration, &reports);
+  } else {
+    auto iters = ListIterations(DefaultEnv(), f.root);
+    if (!iters.ok() || iters->empty()) {
+      std::fprintf(stderr, "ckpt verify: no iterations under '%s'%s\n", f.root.c_str(),
+                   iters.ok() ? "" : (": " + iters.status().ToString()).c_str());
+      return kExitError;
+    }
+    for (int64_t it : *iters) rc = std::max(rc, VerifyOne(f, it, &reports));
+    if (!f.json) std::printf("%s: %zu iterations verified\n", rc == kExitOk ? "OK" : "FAILED", iters->size());
+  }
+  if (f.json && !f.all_iterations) std::printf("%s\n", reports[0].dump(2).c_str());
+  if (f.json && f.all_iterations)
+    std::printf("%s\n", nlohmann::json{{"ok", rc == kExitOk}, {"iterations", reports}}.dump(2).c_str());
+  return rc;
+}
+
+}  // namespace
 
 void RegisterVerify(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("verify", "Re-read and re-hash every chunk of a checkpoint (exit 0 ok, 1 bad)");
-  auto root = std::make_shared<std::string>();
-  auto opts = std::make_shared<VerifyOptions>();
-  auto json = std::make_shared<bool>(false);
-  auto all = std::make_shared<bool>(false);
-  cmd->add_option("root", *root, "checkpoint root directory")->required();
-  cmd->add_option("--iter", opts->iteration, "iteration (default: the latest: the newest committed one at or above the tracker's)");
-  cmd->add_flag("--all", *all, "report every problem, not only the first");
-  cmd->add_flag("--json", *json, "machine-readable output");
-  cmd->callback([=]() {
-    opts->stop_at_first = !*all;
-    auto r = VerifyCheckpoint(DefaultEnv(), *root, *opts);
-    if (!r.ok()) {
-      if (*json)
-        std::printf("%s\n", nlohmann::json{{"ok", false}, {"error", r.status().ToString()}}.dump(2).c_str());
-      std::fprintf(stderr, "ckpt verify: %s\n", r.status().ToString().c_str());
-      // A manifest that fails its own hash is a failed check, not a usage error.
-      *exit_code = r.status().code() == Code::kCorruption ? kExitCheckFailed : kExitError;
-      return;
-    }
-    const double mbps = r->seconds > 0 ? double(r->bytes_checked) / 1e6 / r->seconds : 0;
-    if (*json) {
-      nlohmann::json j{{"ok", r->ok()}, {"iteration", r->iteration}, {"files", r->files_checked},
-                       {"chunks", r->chunks_checked}, {"bytes", r->bytes_checked}, {"seconds", r->seconds},
-                       {"mb_per_s", mbps}, {"issues", nlohmann::json::array()}};
-      for (const auto& i : r->issues)
-        j["issues"].push_back({{"file", i.file}, {"tensor", i.tensor}, {"dataset", i.dataset}, {"chunk", i.chunk},
-                               {"problem", i.problem}});
-      std::printf("%s\n", j.dump(2).c_str());
-    } else {
-      for (const auto& i : r->issues) std::printf("BAD %s\n", i.ToString().c_str());
-      std::printf("%s: iteration %lld, %lld files, %lld chunks, %lld bytes in %.3f s (%.0f MB/s)\n",
-                  r->ok() ? "OK" : "FAILED", static_cast<long long>(r->iteration),
-                  static_cast<long long>(r->files_checked), static_cast<long long>(r->chunks_checked),
-                  static_cast<long long>(r->bytes_checked), r->seconds, mbps);
-    }
-    *exit_code = r->ok() ? kExitOk : kExitCheckFailed;
-  });
+  auto f = std::make_shared<VerifyFlags>();
+  cmd->add_option("root", f->root, "checkpoint root directory")->required();
+  cmd->add_option("--iter", f->opts.iteration,
+                  "iteration (default: the latest: the newest committed one at or above the tracker's; newer "
+                  "iterations that do not read are reported as problems)");
+  cmd->add_flag("--all", f->all_iterations, "verify every iteration under the root (exit 1 if any is bad)");
+  cmd->add_flag("--all-problems", f->all_problems, "report every problem, not only the first");
+  cmd->add_flag("--json", f->json, "machine-readable output");
+  cmd->callback([=]() { *exit_code = RunVerify(*f); });
 }
 
 }  // namespace ckpt::cli

@@ -19,7 +19,7 @@
 namespace ckpt::cli {
 
 Result<std::vector<nlohmann::json>> GptJob::AllGatherJson(const nlohmann::json& mine) {
-  CKPT_ASSIGN_OR_RETURN(auto all, comm->AllGather(mine.dump(), Millis(60000), "report"));
+  CKPT_ASSIGN_OR_RETURN(auto all, comm->AllGather(mine.dump(), timeout, "report"));
   std::vector<nlohmann::json> out;
   for (const auto& s : all) out.push_back(nlohmann::json::parse(s));
   return out;
@@ -63,6 +63,40 @@ Result<reshard::GptConfig> ModelFromJson(const nlohmann::json& j) { return resha
 
 }  // namespace
 
+namespace {
+
+// MemAvailable of /proc/meminfo over the local ranks, in bytes (-1: unknown).
+int64_t AvailablePerLocalRank() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = -1;
+  while (in >> key) {
+    if (key == "MemAvailable:") {
+      in >> kb;
+      break;
+    }
+    in.ignore(1 << 10, '\n');
+  }
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return kb < 0 ? -1 : kb * 1024 / std::max(1, local ? std::atoi(local) : 1);
+}
+
+// Refuses a state this rank cannot hold (a simulation preset such as
+// llama70b) before allocating it, instead of dying of bad_alloc.
+Status CheckStateFits(const std::string& name, const std::vector<reshard::GptShard>& shards, bool optimizer) {
+  double bytes = 0;
+  for (const auto& s : shards)
+    bytes += double(s.tensor.num_elements()) * (double(DTypeSize(s.tensor.dtype)) + (optimizer ? 12.0 : 0.0));
+  const int64_t avail = AvailablePerLocalRank();
+  if (avail < 0 || bytes <= 0.8 * double(avail)) return Status::Ok();
+  const bool sim = name == "llama70b" || name == "llama405b";
+  return Status::InvalidArgument("model '" + name + "' needs " + std::to_string(int64_t(bytes / 1e9)) +
+                                 " GB of state on this rank, " + std::to_string(avail / 1000000000) +
+                                 " GB available" + (sim ? ": it is a simulation-only preset (use ckpt plan --simulate)" : ""));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<GptJob>> StartGptJob(const std::string& layout_spec, const reshard::GptConfig& model,
                                             const std::string& model_name, bool naive_fc1,
                                             const OptimizerSpec& optimizer) {
@@ -91,6 +125,7 @@ Result<std::unique_ptr<GptJob>> StartGptJob(const std::string& layout_spec, cons
     if (!opt.ok()) return opt.status().WithContext(where);
     job->optimizer = std::make_unique<workload::DistOptimizerState>(std::move(opt).value());
   }
+  CKPT_RETURN_IF_ERROR(CheckStateFits(model_name, *shards, optimizer.format.has_value()).WithContext(where));
   CKPT_ASSIGN_OR_RETURN(auto state, workload::GptLocalState::Create(std::move(shards).value()));
   job->state = std::make_unique<workload::GptLocalState>(std::move(state));
   return job;
@@ -122,6 +157,17 @@ Result<reshard::GptConfig> WithOverrides(const reshard::GptConfig& base, const s
 
 }  // namespace
 
+Result<Manifest> ReadManifestOrOlder(const std::string& root, int64_t iteration) {
+  Result<Manifest> read = ReadManifest(DefaultEnv(), root, iteration);
+  if (read.ok()) return read;
+  auto iters = ListIterations(DefaultEnv(), root);
+  if (!iters.ok()) return read;
+  for (auto it = iters->rbegin(); it != iters->rend(); ++it)
+    if (iteration < 0 || *it < iteration)
+      if (auto m = ReadManifest(DefaultEnv(), root, *it); m.ok()) return m;
+  return read;
+}
+
 Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::string& root, int64_t iteration,
                                         std::string* name) {
   if (!model.empty() && model.front() != '{' && model.front() != ':') {
@@ -137,24 +183,23 @@ Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::str
       return Status::InvalidArgument(std::string("--model is neither a preset nor JSON: ") + e.what());
     }
   }
-  // The model config is the same in every iteration: with a damaged or empty
-  // tracker take it from the newest committed iteration whose manifest reads
-  // (the loader's --fallback then decides which iteration to load).
-  Result<Manifest> read = ReadManifest(DefaultEnv(), root, iteration);
-  if (!read.ok() && iteration < 0) {
-    auto iters = ListIterations(DefaultEnv(), root);
-    for (auto it = iters.ok() ? iters->rbegin() : decltype(iters->rbegin())(); iters.ok() && it != iters->rend(); ++it)
-      if (auto m = ReadManifest(DefaultEnv(), root, *it); m.ok()) {
-        read = std::move(m);
-        break;
-      }
-  }
-  CKPT_ASSIGN_OR_RETURN(Manifest m, std::move(read));
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifestOrOlder(root, iteration));
   if (!m.metadata.contains("gpt"))
     return Status::InvalidArgument("checkpoint under '" + root + "' records no GPT config; pass --model");
-  *name = m.metadata.value("model", std::string("custom"));
-  CKPT_ASSIGN_OR_RETURN(reshard::GptConfig saved, ModelFromJson(m.metadata["gpt"]));
-  return WithOverrides(saved, model);  // ":k=v,..." adjusts the saved config
+  // The metadata is untrusted (ParseManifest checked only that it is an object).
+  const nlohmann::json& model_name = m.metadata.contains("model") ? m.metadata["model"] : nlohmann::json("custom");
+  if (!model_name.is_string())
+    return Status::InvalidArgument("checkpoint metadata.model must be a string, not " + model_name.dump().substr(0, 80));
+  *name = model_name.get<std::string>();
+  auto saved = ModelFromJson(m.metadata["gpt"]);
+  if (!saved.ok()) return saved.status().WithContext("checkpoint metadata.gpt");
+  CKPT_ASSIGN_OR_RETURN(double model_bytes, reshard::GptModelBytes(*saved));
+  // Generous (registration details, padding), yet far below a 10^6-layer bomb.
+  if (model_bytes > 4.0 * double(m.TotalTensorBytes()) + double(int64_t(64) << 20))
+    return Status::InvalidArgument("checkpoint metadata.gpt describes " + std::to_string(int64_t(model_bytes / 1e6)) +
+                                   " MB of parameters, but iteration " + std::to_string(m.iteration) + " holds " +
+                                   std::to_string(m.TotalTensorBytes() / 1000000) + " MB of tensors: refusing it");
+  return WithOverrides(*saved, model);  // ":k=v,..." adjusts the saved config
 }
 
 Result<OptimizerSpec> SaveOptimizerSpec(const std::string& flag, int64_t bucket_elems) {
@@ -169,14 +214,16 @@ nlohmann::json OptimizerMetadata(const OptimizerSpec& spec) {
   if (!spec.format) return nullptr;
   return {{"format", std::string(reshard::OptimizerFormatName(*spec.format))},
           {"bucket_elems", spec.bucket_elems},
-          {"states", reshard::kAdamStates}};
+          {"states", reshard::AdamStateNames(*spec.format)}};
 }
 
 Result<OptimizerSpec> LoadOptimizerSpec(const std::string& flag, int64_t bucket_elems,
                                         const nlohmann::json& metadata) {
   OptimizerSpec spec;
-  const nlohmann::json saved = metadata.value("optimizer", nlohmann::json());
+  const nlohmann::json saved = metadata.is_object() ? metadata.value("optimizer", nlohmann::json()) : nullptr;
   const bool has = saved.is_object() && saved.contains("format");
+  if (has && (!saved["format"].is_string() || (saved.contains("bucket_elems") && !saved["bucket_elems"].is_number_integer())))
+    return Status::InvalidArgument("checkpoint metadata.optimizer is malformed: " + saved.dump().substr(0, 120));
   spec.bucket_elems = bucket_elems >= 0 ? bucket_elems : has ? saved.value("bucket_elems", int64_t{0}) : 0;
   if (flag == "none" || (flag == "auto" && !has)) return spec;
   if (!has)

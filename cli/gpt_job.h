@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/format/manifest.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "reshard/parallel_state.h"
 #include "reshard/dist_optimizer.h"
@@ -37,6 +38,7 @@ struct GptJob {
   std::unique_ptr<workload::GptLocalState> state;  // correct layout: filled and checked
   std::vector<reshard::GptShard> registered;        // the descriptors handed to save/load
   OptimizerSpec optimizer_spec;
+  Millis timeout{60000};  // deadline of the job's own collectives (--timeout-ms)
   std::unique_ptr<workload::DistOptimizerState> optimizer;  // set iff optimizer_spec.format
 
   // The model entries over `state` with the `registered` descriptors, then the
@@ -49,7 +51,7 @@ struct GptJob {
   int64_t StateBytes() const;  // model + optimizer bytes this rank holds
 
   int rank() const { return comm->rank(); }
-  // Gathers one JSON value per rank on every rank (phase "report").
+  // Gathers one JSON value per rank on every rank (phase "report", `timeout`).
   Result<std::vector<nlohmann::json>> AllGatherJson(const nlohmann::json& mine);
 };
 
@@ -65,7 +67,16 @@ Result<std::unique_ptr<GptJob>> StartGptJob(const std::string& layout_spec, cons
 // The "gpt" metadata of a checkpoint: GptConfigToJson plus the MoE fields.
 nlohmann::json ModelToJson(const reshard::GptConfig& cfg);
 
-// Resolves --model: a preset name, else the "gpt" config in the checkpoint's metadata.
+// The manifest of `iteration` (-1: the latest), else of the newest older
+// committed iteration whose manifest reads: the model config and optimizer
+// format are the same in every iteration of a run, so a damaged latest
+// manifest or a tracker naming a missing iteration does not stop a load
+// (--fallback then decides what loads). The first error if none reads.
+Result<Manifest> ReadManifestOrOlder(const std::string& root, int64_t iteration);
+
+// Resolves --model: a preset name, else the "gpt" config in the checkpoint's
+// metadata (ReadManifestOrOlder), refused when it describes more parameter
+// bytes than the checkpoint holds (untrusted metadata).
 Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::string& root, int64_t iteration,
                                         std::string* name);
 

@@ -1,11 +1,14 @@
 // ckpt: sharded checkpoints for Megatron-style training jobs.
 #include <cstdio>
 
+#include "ckpt/mpi/comm_mpi.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ckpt: sharded checkpoint, reshard and reliability tool for Megatron-style training"};
   app.require_subcommand(1);
+  // A collective that failed by its deadline ends the whole job (comm_mpi.h).
+  ckpt::SetEndJobOnDeadline(true);
   int exit_code = ckpt::cli::kExitOk;
   ckpt::cli::RegisterInspect(app, &exit_code);
   ckpt::cli::RegisterVerify(app, &exit_code);
@@ -26,5 +29,6 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : ckpt::cli::kExitError;
   }
+  ckpt::EndJobIfHung(exit_code);  // MPI_Abort(exit_code) if a peer may hang; else returns
   return exit_code;
 }

@@ -28,7 +28,34 @@ json GptConfigToJson(const GptConfig& c) {
   return j;
 }
 
+namespace {
+
+// Integer fields must be JSON integers within range (nlohmann would narrow
+// 2^40 to an int, or truncate 64.5, without a word).
+Status CheckIntegerFields(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("GPT config must be a JSON object, not " + std::string(j.type_name()));
+  static constexpr const char* kInt32[] = {"num_layers", "num_heads", "num_query_groups", "first_stage_layers",
+                                           "last_stage_layers", "num_experts"};
+  static constexpr const char* kInt64[] = {"vocab_size", "hidden", "ffn_hidden", "kv_channels",
+                                           "make_vocab_size_divisible_by", "moe_ffn_hidden"};
+  auto check = [&](const char* key, int64_t lo, int64_t hi) -> Status {
+    if (!j.contains(key)) return Status::Ok();
+    const json& v = j[key];
+    const bool ok = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)) &&
+                    v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+    if (ok) return Status::Ok();
+    return Status::InvalidArgument(std::string("GPT config field ") + key + "=" + v.dump().substr(0, 40) +
+                                   " is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  };
+  for (const char* k : kInt32) CKPT_RETURN_IF_ERROR(check(k, INT32_MIN, INT32_MAX));
+  for (const char* k : kInt64) CKPT_RETURN_IF_ERROR(check(k, INT64_MIN, INT64_MAX));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<GptConfig> GptConfigFromJson(const json& j) {
+  CKPT_RETURN_IF_ERROR(CheckIntegerFields(j));
   GptConfig c;
   try {
     c.vocab_size = j.at("vocab_size").get<int64_t>();

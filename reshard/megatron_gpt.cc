@@ -235,6 +235,21 @@ Status GptConfig::Validate() const {
   if (kv_channels < 0 || (kv_channels == 0 && hidden % num_heads != 0))
     return Status::InvalidArgument("GptConfig: kv_channels=" + Str(kv_channels) +
                                    " invalid (0 needs hidden % num_heads == 0)");
+  // Upper bounds keep every shape product of GptShards inside int64 (a
+  // config may come from an untrusted checkpoint's metadata).
+  auto at_most = [](int64_t v, int64_t hi, const char* what) -> Status {
+    if (v <= hi) return Status::Ok();
+    return Status::InvalidArgument(std::string("GptConfig: ") + what + "=" + Str(v) + " exceeds " + Str(hi));
+  };
+  CKPT_RETURN_IF_ERROR(at_most(vocab_size, int64_t(1) << 31, "vocab_size"));
+  CKPT_RETURN_IF_ERROR(at_most(hidden, int64_t(1) << 20, "hidden"));
+  CKPT_RETURN_IF_ERROR(at_most(ffn_hidden, int64_t(1) << 22, "ffn_hidden"));
+  CKPT_RETURN_IF_ERROR(at_most(moe_ffn_hidden, int64_t(1) << 22, "moe_ffn_hidden"));
+  CKPT_RETURN_IF_ERROR(at_most(num_layers, int64_t(1) << 16, "num_layers"));
+  CKPT_RETURN_IF_ERROR(at_most(num_heads, int64_t(1) << 14, "num_heads"));
+  CKPT_RETURN_IF_ERROR(at_most(kv_channels, int64_t(1) << 16, "kv_channels"));
+  CKPT_RETURN_IF_ERROR(at_most(num_experts, int64_t(1) << 12, "num_experts"));
+  CKPT_RETURN_IF_ERROR(at_most(make_vocab_size_divisible_by, int64_t(1) << 20, "make_vocab_size_divisible_by"));
   if (first_stage_layers < -1 || last_stage_layers < -1)
     return Status::InvalidArgument("GptConfig: first/last_stage_layers must be -1 (unset) or >= 0");
   return Status::Ok();
@@ -319,6 +334,26 @@ Result<std::vector<LayerSpan>> StageLayerSpans(const GptConfig& cfg, const Paral
 Result<std::vector<GptShard>> GptShards(const GptConfig& cfg, const ParallelConfig& pc,
                                         const RankCoords& coords) {
   return BuildShards(cfg, pc, coords, /*naive_fc1=*/false);
+}
+
+namespace {
+
+Result<double> ProbeBytes(GptConfig cfg, int layers) {
+  cfg.num_layers = layers;
+  cfg.first_stage_layers = cfg.last_stage_layers = -1;
+  CKPT_ASSIGN_OR_RETURN(auto shards, GptShards(cfg, ParallelConfig{}, RankCoords{}));
+  double bytes = 0;
+  for (const auto& s : shards) bytes += double(NumElements(s.tensor.global_shape)) * double(DTypeSize(s.tensor.dtype));
+  return bytes;
+}
+
+}  // namespace
+
+Result<double> GptModelBytes(const GptConfig& cfg) {
+  CKPT_RETURN_IF_ERROR(cfg.Validate());
+  CKPT_ASSIGN_OR_RETURN(double one, ProbeBytes(cfg, 1));
+  CKPT_ASSIGN_OR_RETURN(double two, ProbeBytes(cfg, 2));
+  return one + (two - one) * double(cfg.num_layers - 1);
 }
 
 }  // namespace ckpt::reshard

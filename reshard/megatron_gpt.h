@@ -135,4 +135,10 @@ ShardedObject ExtraStateObject(const std::string& weight_key,
 Result<std::vector<GptShard>> GptShards(const GptConfig& cfg, const ParallelConfig& pc,
                                         const RankCoords& coords);
 
+// Bytes of the whole model's parameters (TP 1, PP 1, vocab padded as at TP
+// 1), computed from one- and two-layer probes, so a hostile config (10^6
+// layers, hidden 10^7) costs nothing to size. Used to refuse a checkpoint's
+// recorded config that describes more parameters than the checkpoint holds.
+Result<double> GptModelBytes(const GptConfig& cfg);
+
 }  // namespace ckpt::reshard

@@ -4,12 +4,15 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 
+#include "ckpt/base/dir_lock.h"
 #include "ckpt/base/env.h"
 
 #ifndef RENAME_NOREPLACE
@@ -103,8 +106,26 @@ class PosixEnv final : public Env {
       case OpenMode::kCreate: flags |= O_RDWR | O_CREAT | O_TRUNC; break;
       case OpenMode::kReadWrite: flags |= O_RDWR; break;
     }
-    int fd = ::open(path.c_str(), flags, 0644);
+    // Opened non-blocking so a FIFO named by a hostile manifest cannot block
+    // the open; anything but a regular file is refused before any IO.
+    int fd = ::open(path.c_str(), flags | (mode == OpenMode::kCreate ? 0 : O_NONBLOCK), 0644);
     if (fd < 0) return ErrnoStatus("open", path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus("fstat", path, err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return Status::Corruption("'" + path + "' is not a regular file (" + (S_ISDIR(st.st_mode) ? "a directory" :
+                                S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket") + "): refused");
+    }
+    if (mode != OpenMode::kCreate && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus("fcntl", path, err);
+    }
     return std::unique_ptr<File>(new PosixFile(path, fd));
   }
 
@@ -180,6 +201,30 @@ class PosixEnv final : public Env {
 };
 
 }  // namespace
+
+Result<std::unique_ptr<DirLock>> DirLock::TryLock(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open dir", path, errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) return Status::AlreadyExists("'" + path + "' is locked by another process");
+    return ErrnoStatus("flock", path, err);
+  }
+  return std::unique_ptr<DirLock>(new DirLock(path, fd));
+}
+
+DirLock::~DirLock() { ::close(fd_); }  // closing the last descriptor drops the lock
+
+std::string ProcessOwnerTag() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  std::string tag;
+  for (const char* c = host; *c && tag.size() < 40; ++c)
+    tag += (std::isalnum(static_cast<unsigned char>(*c)) || *c == '.') ? *c : '_';
+  if (tag.empty()) tag = "host";
+  return tag + "-" + std::to_string(::getpid());
+}
 
 Env* DefaultEnv() {
   static Env* env = new PosixEnv();

@@ -164,7 +164,9 @@ Result<ConvertStats> ImportHfLlama(const HfImportOptions& o) {
   ConvertStats stats;
   stats.tensors = int64_t(links.size());
   stats.model_bytes = int64_t(dir->total_bytes());
-  CKPT_ASSIGN_OR_RETURN(std::string tmp, PrepareSaveDir(env, o.root, o.iteration, nullptr));
+  std::unique_ptr<DirLock> lease;  // held until the commit or the abandon
+  CKPT_ASSIGN_OR_RETURN(std::string tmp, PrepareSaveDir(env, o.root, o.iteration, nullptr, &lease,
+                                                        /*allow_older=*/true));  // an explicit target iteration
   auto abandon = [&](const Status& st) {
     RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
     return st;

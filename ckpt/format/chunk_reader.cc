@@ -64,6 +64,8 @@ Result<std::span<const std::byte>> ChunkReader::ReadDecoded(int file, const Data
                                 " is not the chunk size");
     return stored;
   }
+  Status size_ok = CheckZstdFrameSize(stored, uint64_t(rec.chunk_elems) * elem_size);
+  if (!size_ok.ok()) return size_ok.WithContext(Where(file, rec, chunk, what));
   decoded_.resize(size_t(rec.chunk_elems) * elem_size);
   Status st = DecodeChunk(stored, elem_size, rec.compression, rec.shuffle, decoded_);
   if (!st.ok()) return st.WithContext(Where(file, rec, chunk, what));

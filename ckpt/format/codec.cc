@@ -271,6 +271,17 @@ Result<std::vector<std::byte>> EncodeChunk(std::span<const std::byte> raw, size_
   return std::vector<std::byte>(out.begin(), out.begin() + ptrdiff_t(n));
 }
 
+Status CheckZstdFrameSize(std::span<const std::byte> stored, uint64_t raw_size) {
+  const unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN)
+    return Status::Corruption("zstd chunk of " + std::to_string(stored.size()) +
+                              " bytes is not a zstd frame with a recorded size");
+  if (content != raw_size)
+    return Status::Corruption("zstd chunk decodes to " + std::to_string(content) + " bytes, expected " +
+                              std::to_string(raw_size));
+  return Status::Ok();
+}
+
 Status DecodeChunk(std::span<const std::byte> stored, size_t elem_size, Compression compression,
                    bool shuffle, std::span<std::byte> raw_out) {
   if (compression == Compression::kNone) {

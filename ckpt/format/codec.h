@@ -63,6 +63,11 @@ void ByteUnshuffle(std::span<const std::byte> in, size_t elem_size, std::span<st
 // raw -> stored bytes. With kNone the output equals the input.
 Result<std::vector<std::byte>> EncodeChunk(std::span<const std::byte> raw, size_t elem_size,
                                            const CodecOptions& opts);
+// kCorruption unless `stored` is a zstd frame whose header declares exactly
+// `raw_size` decoded bytes: lets a reader check a chunk before allocating
+// raw_size bytes for it (a hostile manifest may claim any chunk_elems).
+Status CheckZstdFrameSize(std::span<const std::byte> stored, uint64_t raw_size);
+
 // stored -> raw; raw_out.size() must be the decoded size exactly.
 Status DecodeChunk(std::span<const std::byte> stored, size_t elem_size, Compression compression,
                    bool shuffle, std::span<std::byte> raw_out);

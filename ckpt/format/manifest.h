@@ -60,10 +60,40 @@ struct Manifest {
   int64_t TotalTensorBytes() const;  // raw bytes of all shards
 };
 
+// Limits on untrusted manifests (a valid self-hash proves nothing about the
+// writer): JSON nesting depth, dimensions of a shape, the iteration number.
+inline constexpr int kMaxManifestJsonDepth = 256;
+inline constexpr int kMaxManifestDims = 32;
+inline constexpr int64_t kMaxIteration = 999'999'999'999;
+// zstd cannot expand a frame more than this: a block decodes to at most
+// 128 KiB and costs at least 4 bytes (an RLE block), so a chunk whose raw
+// size exceeds stored_size * this bound is not a zstd encoding of it.
+inline constexpr uint64_t kMaxZstdExpansion = 32768;
+
 // Serialises with the self-hash line. Deterministic for equal manifests.
 std::string SerializeManifest(const Manifest& m);
-// Parses and verifies; `path` only names the file in errors.
+// Parses and verifies; `path` only names the file in errors. A manifest is
+// untrusted input: beyond its self-hash, the JSON depth is bounded before
+// parsing, every field is type- and range-checked (never narrowed), and every
+// check of ValidateManifest but coverage runs (a rank's partial manifest, its
+// vote, covers only its own shards), all before any caller allocates or reads
+// by it. ReadManifest (checkpoint.h) adds coverage for committed manifests.
+// Failures are kCorruption naming the field ("tensors['w'].shards[0].file: ...").
 Result<Manifest> ParseManifest(std::string_view bytes, const std::string& path);
+// Consistency of every field with the others, in checked arithmetic
+// (manifest_check.cc): file names are plain names (no '/', "." or ".."),
+// unique; shapes have at most kMaxManifestDims non-negative dims whose
+// element and byte counts fit in int64; boxes and flat ranges lie inside
+// their tensors; file indices exist; each record's chunk_elems, chunk count
+// and stored sizes match the chunk layout the writer produces (raw chunks:
+// chunk_elems * dtype size bytes; zstd: at most kMaxZstdExpansion); every
+// chunk lies inside its file's recorded size and no two overlap; objects sit
+// inside their grid; each tensor's shards tile it exactly once (coverage).
+// kCorruption naming the field on the first problem.
+Status ValidateManifest(const Manifest& m);
+// kCorruption if JSON text nests arrays/objects deeper than max_depth
+// (checked without recursion, strings skipped).
+Status CheckJsonDepth(std::string_view text, int max_depth);
 
 // Iteration directory name "iter_0000042" and the temporary one
 // ".iter_0000042.tmp-<nonce>".

@@ -2,6 +2,8 @@
 #include "ckpt/mpi/comm_mpi.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <climits>
 #include <thread>
 
@@ -9,6 +11,9 @@ namespace ckpt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_deadline_failed{false};
+std::atomic<bool> g_end_job_on_deadline{false};
 
 bool MpiFinalized() {
   int finalized = 0;
@@ -72,7 +77,21 @@ Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
+  if (g_end_job_on_deadline && g_deadline_failed) return;  // EndJobIfHung aborts instead
   if (owns_ && !MpiFinalized()) MPI_Finalize();
+}
+
+bool MpiDeadlineFailed() { return g_deadline_failed; }
+void SetEndJobOnDeadline(bool on) { g_end_job_on_deadline = on; }
+
+void EndJobIfHung(int exit_code) {
+  if (!g_end_job_on_deadline || !g_deadline_failed) return;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized || MpiFinalized()) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
 }
 
 // ---- MpiComm ----
@@ -132,6 +151,7 @@ Status MpiComm::CheckRoot(int root, std::string_view phase) const {
 
 std::string MpiComm::TimeoutMessage(std::string_view what, const std::vector<int>& ranks,
                                     Millis timeout, std::string_view phase) const {
+  g_deadline_failed = true;  // called exactly when a call fails by its deadline
   return "rank " + std::to_string(rank_) + ": " + std::string(what) + " rank(s) " +
          RankList(ranks) + " within " + std::to_string(timeout.count()) + " ms in phase '" +
          std::string(phase) + "'";

@@ -55,6 +55,20 @@ class MpiSession {
   bool owns_;
 };
 
+// Ending a job after a hang. A deadline failure (kTimeout) means a peer may
+// be hung or stopped; MPI_Finalize is collective and would then block forever,
+// and so would mpirun. Process-wide, thread-safe:
+//  - MpiDeadlineFailed: whether any MpiComm call of this process timed out.
+//  - SetEndJobOnDeadline(true) (tools that end after a failure: the ckpt CLI):
+//    ~MpiSession then skips MPI_Finalize after a deadline failure, and
+//  - EndJobIfHung(code), called last (after every MPI object is gone), calls
+//    MPI_Abort(MPI_COMM_WORLD, code) if so, after flushing stdio: mpirun kills
+//    every rank (a stopped one too) and returns. Otherwise it returns.
+// Off by default: a library user may resynchronise after a timeout.
+bool MpiDeadlineFailed();
+void SetEndJobOnDeadline(bool on);
+void EndJobIfHung(int exit_code);
+
 class MpiComm final : public Comm {
  public:
   // Duplicates `base` (collective over it) and sets MPI_ERRORS_RETURN on the copy.
@@ -102,6 +116,7 @@ class MpiComm final : public Comm {
   Result<std::vector<std::string>> RecvAll(const std::vector<int>& srcs, int tag,
                                            std::chrono::steady_clock::time_point deadline,
                                            Millis timeout, std::string_view phase);
+  // The kTimeout message; also records the deadline failure (MpiDeadlineFailed).
   std::string TimeoutMessage(std::string_view what, const std::vector<int>& ranks, Millis timeout,
                              std::string_view phase) const;
   void Reap();  // drops completed leftovers

@@ -2,8 +2,12 @@
 //
 // Save (every rank calls SaveCheckpoint with its own state dict and the same
 // options except its Comm endpoint):
-//  1. begin   rank 0 cleans stale tmp dirs, refuses an existing iter dir,
-//             creates <root>/.iter_N.tmp-<nonce>/ and broadcasts its name.
+//  1. begin   rank 0 cleans abandoned tmp dirs (a live save's lease, a
+//             DirLock on its tmp dir, protects it), refuses an existing iter
+//             dir, a concurrent save of the same iteration and (unless
+//             allow_older) an iteration below the newest one, creates
+//             <root>/.iter_N.tmp-<host>-<pid>-<hex>/, holds its lease to the
+//             end and broadcasts its name.
 //  2. plan    descriptors (or a rank's failure: validate, the "plan" step)
 //             are gathered on rank 0, which picks one writer for each
 //             distinct shard among the ranks holding a replica of it
@@ -70,6 +74,10 @@ struct SaveOptions {
   nlohmann::json metadata = nlohmann::json::object();
   bool balance_replicas = true;  // spread replicated shards over their holders
   NonFinitePolicy nonfinite = NonFinitePolicy::kAllow;
+  // Save below the newest iteration under root (a restart in a used root):
+  // refused (kFailedPrecondition at "begin") unless set, because "latest"
+  // would still pick the newer, probably older-run, iteration.
+  bool allow_older = false;
   StepHook hook;
 };
 
@@ -115,7 +123,10 @@ struct LoadOptions {
   Comm* comm = nullptr;    // when set, ranks agree on success (phase "load")
   Millis timeout{60000};
   bool verify_hashes = true;
-  bool fallback = false;   // on a bad latest checkpoint, try older committed ones
+  // On a failed attempt (any error but a Timeout: damage, a missing
+  // iteration, a gap/shape/dtype the manifest describes) try the next older
+  // committed iteration; LoadStats::skipped says what was skipped and why.
+  bool fallback = false;
   int threads = DefaultLoadThreads();  // read/verify/decode workers of this rank
   // Read sharing (load_share.h): ranks of this communicator (e.g. the DP
   // group, or the whole job) that need the same stored chunk read it once;
@@ -138,7 +149,11 @@ struct LoadStats {
   int64_t chunks_received = 0;
   int share_rounds = 0;
   double seconds = 0;
-  std::vector<std::string> skipped;  // fallback: iterations rejected and why
+  // Iterations passed over, each with why: with fallback, those rejected;
+  // with iteration -1 (latest), also every committed-looking iteration newer
+  // than the one loaded (a lagging tracker must not hide damage). Callers
+  // should warn with these.
+  std::vector<std::string> skipped;
   std::vector<std::string> missing_keys;     // requested by this rank, not in the checkpoint (sorted)
   std::vector<std::string> unexpected_keys;  // in the checkpoint, requested by no rank (sorted)
 };
@@ -159,7 +174,9 @@ Result<int64_t> LatestIteration(Env* env, const std::string& root);
 Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root);
 // The manifest's shards as the read planner's input (chunk layout and stored sizes).
 std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m);
-// Reads and verifies the manifest of `iteration` (-1: the tracker's).
+// Reads and verifies the manifest of `iteration` (-1: latest): self-hash,
+// every field (ParseManifest) and coverage (ValidateManifest), so loads check
+// coverage as verify does.
 Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iteration);
 
 }  // namespace ckpt

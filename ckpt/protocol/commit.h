@@ -8,19 +8,26 @@
 // as far as the Env is (distinct ranks may write concurrently).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/base/dir_lock.h"
 #include "ckpt/protocol/checkpoint.h"
 
 namespace ckpt {
 
-// Creates root if needed, deletes stale tmp dirs and tracker tmp files,
-// refuses an existing iter dir (kAlreadyExists), creates and returns a fresh
-// "<root>/.iter_N.tmp-<nonce>".
-Result<std::string> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration, const StepHook& hook);
+// Creates root if needed, deletes tmp dirs of abandoned saves (those whose
+// lease nobody holds; live saves' are left alone), refuses an existing iter
+// dir or a live save of the same iteration (kAlreadyExists naming its owner),
+// refuses an iteration below the newest one under root unless allow_older
+// (kFailedPrecondition saying why), creates a fresh
+// "<root>/.iter_N.tmp-<host>-<pid>-<hex>", takes its lease into *lease (hold
+// it until the save ends) and returns the path.
+Result<std::string> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration, const StepHook& hook,
+                                   std::unique_ptr<DirLock>* lease, bool allow_older = false);
 
 // Writes `tensors` (as main replicas) and `objects` into <tmp_dir>/rank_<r>.h5
 // and fsyncs it. Returns a one-file partial manifest (no file when both are empty).

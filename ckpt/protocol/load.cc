@@ -4,6 +4,7 @@
 #include <set>
 #include <thread>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -19,6 +20,21 @@ namespace ckpt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Control and non-ASCII bytes as \xNN: file contents never reach a terminal raw.
+std::string EscapeForMessage(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += char(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
 
 bool AllDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -152,8 +168,22 @@ int FirstFailure(const std::vector<std::string>& all, std::string_view prefixes)
   return failed;
 }
 
-bool WorthFallingBack(const Status& s) {
-  return s.code() == Code::kCorruption || s.code() == Code::kNotFound || s.code() == Code::kIOError;
+// Any failure of one iteration may be that iteration's damage (a gap, shape
+// or dtype a damaged manifest describes is kInvalidArgument from the planner),
+// so fallback tries the older one; only a rank that does not answer (the job
+// cannot agree any more) ends it.
+bool WorthFallingBack(const Status& s) { return s.code() != Code::kTimeout; }
+
+// Committed-looking iterations newer than `loaded` that "latest" passed over
+// because their manifest does not read: each with why, for LoadStats::skipped.
+void NoteNewerSkipped(Env* env, const std::string& root, int64_t loaded, const std::vector<int64_t>& iters,
+                      std::vector<std::string>* skipped) {
+  for (int64_t it : iters) {
+    if (it <= loaded) continue;
+    Result<Manifest> m = ReadManifest(env, root, it);
+    skipped->push_back("newer " + IterDirName(it) + " (not loaded): " +
+                       (m.ok() ? std::string("reads, but was not the latest") : m.status().ToString()));
+  }
 }
 
 // Every rank's outcome of one attempt: "" when all ranks succeeded, else the
@@ -176,7 +206,11 @@ Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, En
   Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(env, opts.root);
   if (!opts.fallback) {
     if (!tracked.ok()) return tracked.status();
-    return LoadIteration(state, opts, env, *tracked);
+    Result<LoadStats> r = LoadIteration(state, opts, env, *tracked);
+    if (r.ok() && opts.iteration < 0)
+      if (auto iters = ListIterations(env, opts.root); iters.ok())
+        NoteNewerSkipped(env, opts.root, r->iteration, *iters, &r->skipped);
+    return r;
   }
   // Fallback: newest committed iteration (at or below the requested one) that
   // loads and verifies on every rank; the ranks decide each attempt together,
@@ -184,12 +218,20 @@ Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, En
   CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, opts.root));
   std::vector<std::string> skipped;
   if (!tracked.ok()) skipped.push_back("tracker: " + tracked.status().ToString());
+  if (tracked.ok() && !std::binary_search(iters.begin(), iters.end(), *tracked))
+    skipped.push_back(IterDirName(*tracked) + ": " + (opts.iteration >= 0 ? "requested" : "named by the tracker") +
+                      " but not present");
   for (auto it = iters.rbegin(); it != iters.rend(); ++it) {
     if (tracked.ok() && *it > *tracked) continue;
     auto r = LoadIteration(state, opts, env, *it);
     bool worth = true;
     CKPT_ASSIGN_OR_RETURN(std::string failure, AgreeOnAttempt(r, opts, &worth));
     if (failure.empty()) {
+      if (opts.iteration < 0 && tracked.ok()) {  // those at or below it failed in this loop
+        std::vector<std::string> newer;
+        NoteNewerSkipped(env, opts.root, *tracked, iters, &newer);
+        skipped.insert(skipped.begin(), newer.begin(), newer.end());
+      }
       r->skipped = skipped;
       return r;
     }
@@ -253,6 +295,8 @@ Result<std::span<const std::byte>> DecodeStored(const DatasetRecord& rec, int64_
       return Status::Corruption(where + ": stored size " + std::to_string(stored.size()) + " is not the chunk size");
     return stored;
   }
+  Status size_ok = CheckZstdFrameSize(stored, raw);
+  if (!size_ok.ok()) return size_ok.WithContext(where + ", chunk " + std::to_string(chunk));
   buf->resize(raw);
   Status st = DecodeChunk(stored, elem_size, rec.compression, rec.shuffle, *buf);
   if (!st.ok()) return st.WithContext(where + ", chunk " + std::to_string(chunk));
@@ -296,7 +340,7 @@ Result<int64_t> ReadTracker(Env* env, const std::string& root) {
   if (v.empty()) return Status::Corruption("checkpoint tracker '" + path + "' is empty");
   if (!AllDigits(v) || v.size() > 18)
     return Status::Corruption("checkpoint tracker '" + path + "' does not hold an iteration number: '" +
-                              std::string(v.substr(0, 40)) + "'");
+                              EscapeForMessage(v.substr(0, 40)) + "'" + (v.size() > 40 ? "..." : ""));
   return std::stoll(std::string(v));
 }
 
@@ -326,6 +370,10 @@ Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iterati
     return Status::Corruption("checkpoint directory '" + dir + "' has no manifest: not a committed checkpoint");
   CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, path));
   CKPT_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes, path));
+  // A committed manifest must also tile every tensor exactly once (a partial,
+  // per-rank one need not): checked here, so load checks coverage as verify does.
+  Status covered = ValidateManifest(m);
+  if (!covered.ok()) return Status::Corruption("manifest '" + path + "': " + covered.message());
   if (m.iteration != iteration)
     return Status::Corruption("manifest '" + path + "' is for iteration " + std::to_string(m.iteration));
   return m;

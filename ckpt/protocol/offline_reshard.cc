@@ -15,7 +15,9 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   CKPT_ASSIGN_OR_RETURN(Manifest src, ReadManifest(env, opts.src_root, opts.src_iteration));
   stats.src_iteration = src.iteration;
   const int64_t dst_iter = opts.dst_iteration >= 0 ? opts.dst_iteration : src.iteration;
-  CKPT_ASSIGN_OR_RETURN(std::string tmp, PrepareSaveDir(env, opts.dst_root, dst_iter, nullptr));
+  std::unique_ptr<DirLock> lease;  // held until the commit or the abandon
+  CKPT_ASSIGN_OR_RETURN(std::string tmp, PrepareSaveDir(env, opts.dst_root, dst_iter, nullptr, &lease,
+                                                        /*allow_older=*/true));  // an explicit target iteration
   auto abandon = [&](const Status& st) {
     RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
     return st;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/commit.h"
@@ -60,6 +61,14 @@ class SaveRun {
   // Gathers the votes; rank 0 commits and everyone learns the outcome and
   // any post-commit warning (stats_.warning).
   Result<std::string> VoteAndCommit(const std::string& vote);
+  // Non-root, after its wait for rank 0's outcome timed out: rank 0 may
+  // still be writing (a bigger share than this rank's), so the deadline is
+  // per phase of work: while rank 0's file keeps growing, poll the disk until
+  // the iteration is committed (-> OK with a warning: a committed save is
+  // never reported failed), the tmp dir is gone, or rank 0 made no progress
+  // for a whole deadline (-> `timed_out`).
+  Result<std::string> AwaitOutcomeOnDisk(const Status& timed_out, uint64_t root_bytes_at_vote);
+  uint64_t RootFileBytes();
   std::string DecideCommit(const std::vector<std::string>& votes);  // rank 0
   Result<Manifest> MergeVotes(const std::vector<std::string>& votes);
   Status Commit(const std::vector<std::string>& votes);
@@ -76,6 +85,7 @@ class SaveRun {
   Comm* comm_;
   int rank_;
   std::string tmp_dir_;
+  std::unique_ptr<DirLock> lease_;  // rank 0: the tmp dir's lease, held for the whole save
   bool published_ = false;  // rank 0: the directory rename happened
   bool committed_ = false;  // rank 0: ... and was made durable
   SaveStats stats_;
@@ -84,7 +94,7 @@ class SaveRun {
 Result<std::string> SaveRun::Begin() {
   std::string msg;
   if (rank_ == 0) {
-    auto tmp = PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook);
+    auto tmp = PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook, &lease_, opts_.allow_older);
     msg = tmp.ok() ? OkMsg(*tmp) : ErrMsg(tmp.status().WithContext(Where("begin")));
   }
   CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "begin"));
@@ -187,8 +197,40 @@ std::string SaveRun::DecideCommit(const std::vector<std::string>& votes) {
   return st.ok() ? OkMsg(EncodeStatus(stats_.warning)) : ErrMsg(st.WithContext(Where("commit")));
 }
 
+uint64_t SaveRun::RootFileBytes() {
+  auto info = env_->Stat(JoinPath(tmp_dir_, ShardFileName(0)));
+  auto manifest = env_->Stat(JoinPath(tmp_dir_, std::string(kManifestName) + ".tmp"));
+  return (info.ok() ? info->size : 0) + (manifest.ok() ? manifest->size : 0);
+}
+
+Result<std::string> SaveRun::AwaitOutcomeOnDisk(const Status& timed_out, uint64_t root_bytes_at_vote) {
+  uint64_t last = root_bytes_at_vote;
+  auto last_change = Clock::now() - opts_.timeout;  // the whole failed wait counts as a stall
+  auto committed = [&]() { return ReadManifest(env_, opts_.root, opts_.iteration).ok(); };
+  while (true) {
+    if (committed())
+      return OkMsg(EncodeStatus(Warning("rank 0's outcome did not arrive in time, but iteration " +
+                                            std::to_string(opts_.iteration) + " is committed on disk",
+                                        timed_out)));
+    auto tmp = env_->Stat(tmp_dir_);
+    if (!tmp.ok() || !tmp->exists) {
+      if (committed()) continue;  // renamed between the two looks
+      return timed_out;
+    }
+    const uint64_t now_bytes = RootFileBytes();
+    if (now_bytes != last) {
+      last = now_bytes;
+      last_change = Clock::now();
+    } else if (Clock::now() - last_change >= opts_.timeout) {
+      return timed_out;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 // Non-root ranks send their vote at once: their wait counts as "commit".
 Result<std::string> SaveRun::VoteAndCommit(const std::string& vote) {
+  const uint64_t root_bytes = rank_ == 0 ? 0 : RootFileBytes();
   const auto t0 = Clock::now();
   auto t_decide = t0;
   auto got = comm_->GatherDecide(vote, 0, opts_.timeout, "vote", "commit", [&](std::vector<std::string> votes) {
@@ -200,6 +242,8 @@ Result<std::string> SaveRun::VoteAndCommit(const std::string& vote) {
   // Root committed, but a rank did not take the outcome (gone since its vote).
   if (!got.ok() && committed_)
     return OkMsg(EncodeStatus(Warning("the outcome did not reach every rank", got.status())));
+  if (!got.ok() && rank_ != 0 && got.status().code() == Code::kTimeout && IsOk(vote))
+    return AwaitOutcomeOnDisk(got.status(), root_bytes);
   return got;
 }
 

@@ -132,6 +132,19 @@ Result<VerifyReport> VerifyCheckpoint(Env* env, const std::string& root, const V
   VerifyReport report;
   report.iteration = m.iteration;
   Verifier(env, JoinPath(root, IterDirName(m.iteration)), m, opts, &report).Run();
+  if (opts.iteration < 0) {
+    // "latest" passed over every newer committed-looking iteration whose
+    // manifest does not read: a lagging tracker must not hide that damage.
+    auto iters = ListIterations(env, root);
+    for (int64_t it : iters.ok() ? *iters : std::vector<int64_t>{}) {
+      if (it <= m.iteration) continue;
+      Result<Manifest> newer = ReadManifest(env, root, it);
+      const std::string why = newer.ok() ? "reads, but is not the latest" : newer.status().ToString();
+      report.issues.push_back({JoinPath(root, IterDirName(it)), "", "", -1,
+                               "iteration " + std::to_string(it) + " is newer than the verified iteration " +
+                                   std::to_string(m.iteration) + " but not a readable checkpoint: " + why});
+    }
+  }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -7,6 +7,9 @@
 // and coverage (each tensor tiled exactly once by its shards). Problems are
 // reported with file, tensor, dataset and chunk; the report says ok() only when
 // there are none. A manifest that cannot be trusted is an error Result.
+// With iteration -1 (latest), every committed-looking iteration newer than
+// the one verified (whose manifest does not read, so "latest" passed it over,
+// e.g. behind a lagging tracker) is reported as an issue too.
 //
 // Thread-compatible.
 #pragma once

@@ -45,15 +45,18 @@ def _json(value, what):
 
 
 def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
-         layout=None, chunk_bytes=0):
+         layout=None, chunk_bytes=0, allow_older=False):
     """Saves every rank's shards as checkpoint `iteration` under `root` (collective
     over comm): atomic, nothing visible unless every rank wrote its part. Only main
     replicas (replica_id all zeros) are written; replicated shards are spread over
     their holders. metadata: a JSON-serialisable dict recorded in the manifest (e.g.
-    {"gpt": <model config>} for `ckpt plan/reshard`). Returns this rank's stats."""
+    {"gpt": <model config>} for `ckpt plan/reshard`). A save below the newest
+    iteration under root (a restart in a used root) raises FailedPreconditionError
+    unless allow_older=True. Returns this rank's stats."""
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
     return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
-                      float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes))
+                      float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
+                      bool(allow_older))
 
 
 def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_unexpected", timeout=60.0,
@@ -169,7 +172,7 @@ class AsyncSaveHandle:
 
 
 def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
-               layout=None, chunk_bytes=0):
+               layout=None, chunk_bytes=0, allow_older=False):
     """Like save, but returns once the state is copied into host snapshot buffers
     (the only blocking part): the caller may overwrite its tensors at once. Saves
     of one comm run one at a time, in call order: a new async_save first joins
@@ -182,7 +185,8 @@ def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, ti
     waited = time.monotonic() - t0
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
     st = saver.cpp.start(entries, objs, str(root), int(iteration), compress or "none", float(timeout),
-                         _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes))
+                         _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
+                         bool(allow_older))
     st["wait_previous_seconds"] += waited
     st["blocking_seconds"] += waited
     saver.current = AsyncSaveHandle(saver, int(iteration), st)

@@ -25,8 +25,10 @@ int RankOf(const std::shared_ptr<CommHandle>& h) { return h && h->get() ? h->get
 Millis MillisOf(double seconds) { return Millis(int64_t(seconds * 1000.0)); }
 
 SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::string& compress, double timeout_s,
-                     const std::string& metadata, const std::string& layout, int64_t chunk_bytes) {
+                     const std::string& metadata, const std::string& layout, int64_t chunk_bytes,
+                     bool allow_older) {
   SaveOptions o;
+  o.allow_older = allow_older;
   o.root = root;
   o.iteration = iteration;
   o.timeout = MillisOf(timeout_s);
@@ -39,9 +41,9 @@ SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::stri
 
 pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                const std::shared_ptr<CommHandle>& comm, const std::string& compress, double timeout_s,
-               const std::string& metadata, const std::string& layout, int64_t chunk_bytes) {
+               const std::string& metadata, const std::string& layout, int64_t chunk_bytes, bool allow_older) {
   ShardedStateDict sd = StateOf(tensors, objects);
-  SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes);
+  SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older);
   o.comm = CommOf(comm);
   Result<SaveStats> r = Status::Internal("not run");
   {
@@ -86,9 +88,9 @@ class PyAsyncSaver {
   }
   pyb::dict Start(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                   const std::string& compress, double timeout_s, const std::string& metadata,
-                  const std::string& layout, int64_t chunk_bytes) {
+                  const std::string& layout, int64_t chunk_bytes, bool allow_older) {
     ShardedStateDict sd = StateOf(tensors, objects);
-    SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes);
+    SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older);
     Result<AsyncStartStats> r = Status::Internal("not run");
     {
       pyb::gil_scoped_release nogil;

@@ -43,7 +43,7 @@ with open(target, "r+b") as fh:
     fh.write(bytes([byte ^ 0x40]))
 flip = {"dataset": "/tensors/" + name, "chunk": chunk, "file": target, "flat": flat, "fletcher32": fletcher}
 
-run_to("verify_bad", ck("verify", R, "--json", "--all"))
+run_to("verify_bad", ck("verify", R, "--json", "--all-problems"))
 run_to("fp_nohash", ck("fingerprint", R, "--no-verify", "--json"))
 run_to("fp_hash", ck("fingerprint", R, "--json"))
 run_to("load_bad", mpi(L, "load", "--root", R, "--json"))

@@ -37,12 +37,18 @@ out=$($MPIRUN -np 2 "$ckpt" load --root "$scratch/opt-tp2" --layout tp=2)
 echo "$out"
 grep -q "mismatches 0" <<<"$out"
 grep -qE "optimizer [1-9][0-9]*\)" <<<"$out" || { echo "FAILED: optimizer state not carried"; exit 1; }
-# State the target layout rules do not describe is never dropped silently:
-# a `ckpt train` checkpoint (its own optimizer layout) is refused, naming tensors.
+# A `ckpt train` checkpoint (its Adam state under optimizer.state.<s>.<key>,
+# metadata.train) reshards with its optimizer state and resumes bitwise-strict
+# under the new layout (issue 16: it used to be refused).
 $MPIRUN -np 2 "$ckpt" train --layout tp=2 --model tiny --steps 2 --root "$scratch/train" >/dev/null
-if "$ckpt" reshard "$scratch/train" "$scratch/train-tp1" --to tp=1 2>"$scratch/err"; then
-  echo "FAILED: reshard dropped optimizer state silently"; exit 1
+"$ckpt" reshard "$scratch/train" "$scratch/train-tp1" --to tp=1
+"$ckpt" train --layout tp=1 --model tiny --steps 3 --root "$scratch/train-tp1" --resume >"$scratch/out"
+grep -q "saved iteration 3" "$scratch/out" || { echo "FAILED: resume from the resharded train checkpoint"; exit 1; }
+# State the target layout rules do not describe is still never dropped silently.
+$MPIRUN -np 2 "$ckpt" save --root "$scratch/bucket" --iter 1 --model tiny --layout dp=2 --optimizer bucket >/dev/null
+if "$ckpt" reshard "$scratch/bucket" "$scratch/bucket-tp2" --to tp=2 2>"$scratch/err"; then
+  echo "FAILED: reshard accepted bucket-space optimizer state"; exit 1
 fi
-grep -q "would drop state the target layout does not describe: 'optimizer.state" "$scratch/err"
+grep -q "bucket space" "$scratch/err"
 rm -rf "$scratch"
 echo "offline reshard: PASSED"

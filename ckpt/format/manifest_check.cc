@@ -1,0 +1,226 @@
+// ValidateManifest / CheckJsonDepth: a parsed manifest's fields checked
+// against each other before anything is allocated or read by them.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/manifest_check.h"
+#include "reshard/intersect.h"
+
+namespace ckpt {
+namespace {
+
+std::string N(uint64_t v) { return std::to_string(v); }
+
+// a * b and a + b for non-negative values, false on int64 overflow.
+bool MulOk(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+bool AddOk(int64_t a, int64_t b, int64_t* out) { return !__builtin_add_overflow(a, b, out); }
+
+// Elements of `shape` (1 for rank 0), all dims >= 0; error names `field`.
+Result<int64_t> CheckedElements(const Shape& shape, const std::string& field) {
+  if (shape.size() > size_t(kMaxManifestDims))
+    return Status::Corruption(field + ": " + N(shape.size()) + " dimensions (at most " + N(kMaxManifestDims) + ")");
+  int64_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) return Status::Corruption(field + "[" + N(i) + "]: negative extent " + std::to_string(shape[i]));
+    if (!MulOk(n, shape[i], &n))
+      return Status::Corruption(field + " " + ShapeToString(shape) + ": element count overflows int64");
+  }
+  return n;
+}
+
+Status CheckFiles(const Manifest& m) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    const std::string p = "files[" + N(i) + "].name";
+    const std::string& n = m.files[i].name;
+    if (n.empty() || n == "." || n == ".." || n.size() > 255 || n.find('/') != std::string::npos ||
+        n.find('\0') != std::string::npos)
+      return Status::Corruption(p + ": '" + n.substr(0, 80) + "' is not a plain file name in the iteration directory");
+    if (!names.insert(n).second) return Status::Corruption(p + ": '" + n + "' is listed twice");
+    if (m.files[i].size > uint64_t(INT64_MAX)) return Status::Corruption("files[" + N(i) + "].size: out of range");
+  }
+  return Status::Ok();
+}
+
+// The chunk layout of a dataset of `dims` (ShardFileWriter's PlanLayout):
+// chunks of c0 whole rows, c0 in [1, dims[0]], ceil(dims[0] / c0) of them.
+Status CheckChunkLayout(const DatasetRecord& r, const Shape& dims, size_t elem_size, const std::string& p) {
+  int64_t row = 1;
+  for (size_t i = 1; i < dims.size(); ++i) row *= dims[i];  // no overflow: the box's count fits
+  const int64_t rows = dims.empty() ? 1 : dims[0];
+  if (row == 0 || rows == 0) {
+    if (r.chunk_elems != 0 || !r.chunks.empty())
+      return Status::Corruption(p + ".chunk_elems: " + std::to_string(r.chunk_elems) + " with " +
+                                N(r.chunks.size()) + " chunks for an empty dataset");
+    return Status::Ok();
+  }
+  if (r.chunk_elems <= 0 || r.chunk_elems % row != 0 || r.chunk_elems / row > rows)
+    return Status::Corruption(p + ".chunk_elems: " + std::to_string(r.chunk_elems) + " is not a whole number of rows (" +
+                              std::to_string(row) + " elements each) between 1 and " + std::to_string(rows) + " rows");
+  int64_t raw = 0;
+  if (!MulOk(r.chunk_elems, int64_t(elem_size), &raw) || uint64_t(raw) > 0xffffffffull)
+    return Status::Corruption(p + ".chunk_elems: " + std::to_string(r.chunk_elems) + " makes chunks over 4 GiB");
+  const int64_t c0 = r.chunk_elems / row;
+  const int64_t want = (rows + c0 - 1) / c0;
+  if (int64_t(r.chunks.size()) != want)
+    return Status::Corruption(p + ".chunks: " + N(r.chunks.size()) + " chunks, the layout (chunk_elems " +
+                              std::to_string(r.chunk_elems) + ") has " + std::to_string(want));
+  for (size_t c = 0; c < r.chunks.size(); ++c) {
+    const ChunkRecord& ch = r.chunks[c];
+    const std::string cp = p + ".chunks[" + N(c) + "]";
+    if (r.compression == Compression::kNone && ch.stored_size != uint64_t(raw))
+      return Status::Corruption(cp + ".stored_size: " + N(ch.stored_size) + " bytes, a raw chunk has " + N(raw));
+    if (r.compression == Compression::kZstd &&
+        (ch.stored_size == 0 || uint64_t(raw) / kMaxZstdExpansion > ch.stored_size))
+      return Status::Corruption(cp + ".stored_size: " + N(ch.stored_size) + " bytes cannot hold a zstd frame of " +
+                                N(raw) + " bytes (chunk_elems " + std::to_string(r.chunk_elems) + ")");
+    if (ch.sha256.size() != 64 ||
+        !std::all_of(ch.sha256.begin(), ch.sha256.end(), [](char x) { return (x >= '0' && x <= '9') || (x >= 'a' && x <= 'f'); }))
+      return Status::Corruption(cp + ".sha256: not 64 lowercase hex digits");
+  }
+  return Status::Ok();
+}
+
+// Chunk byte ranges per file: inside the recorded size, never overlapping.
+class ChunkRanges {
+ public:
+  explicit ChunkRanges(const Manifest& m) : m_(m) {}
+  Status Add(int file, const DatasetRecord& r, const std::string& p) {
+    for (size_t c = 0; c < r.chunks.size(); ++c) {
+      int64_t end = 0;
+      const ChunkRecord& ch = r.chunks[c];
+      if (!Add64(ch.file_offset, ch.stored_size, &end) || uint64_t(end) > m_.files[size_t(file)].size)
+        return Status::Corruption(p + ".chunks[" + N(c) + "]: file_offset " + N(ch.file_offset) + " + stored_size " +
+                                  N(ch.stored_size) + " lies outside file '" + m_.files[size_t(file)].name + "' (" +
+                                  N(m_.files[size_t(file)].size) + " bytes)");
+      ranges_[file].push_back({ch.file_offset, uint64_t(end), p + ".chunks[" + N(c) + "]"});
+    }
+    return Status::Ok();
+  }
+  Status CheckOverlaps() {
+    for (auto& [file, v] : ranges_) {
+      std::sort(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+      for (size_t i = 1; i < v.size(); ++i)
+        if (v[i].begin < v[i - 1].end)
+          return Status::Corruption(v[i].field + ": bytes [" + N(v[i].begin) + ", " + N(v[i].end) + ") of file '" +
+                                    m_.files[size_t(file)].name + "' overlap " + v[i - 1].field);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static bool Add64(uint64_t a, uint64_t b, int64_t* out) { return AddOk(int64_t(a), int64_t(b), out); }
+  struct Range {
+    uint64_t begin, end;
+    std::string field;
+  };
+  const Manifest& m_;
+  std::map<int, std::vector<Range>> ranges_;
+};
+
+Status CheckShard(const ManifestShard& s, const std::string& p) {
+  const ShardedTensor& t = s.meta;
+  const std::string tp = "tensors['" + t.key + "']";
+  if (t.key.empty()) return Status::Corruption("tensors: empty key");
+  CKPT_ASSIGN_OR_RETURN(int64_t global, CheckedElements(t.global_shape, tp + ".global_shape"));
+  int64_t bytes = 0;
+  if (!MulOk(global, int64_t(DTypeSize(t.dtype)), &bytes))
+    return Status::Corruption(tp + ".global_shape " + ShapeToString(t.global_shape) + ": byte count overflows int64");
+  if (t.global_offset.size() != t.global_shape.size() || t.local_shape.size() != t.global_shape.size())
+    return Status::Corruption(p + ".global_offset/local_shape: rank differs from global_shape " +
+                              ShapeToString(t.global_shape));
+  for (size_t i = 0; i < t.global_shape.size(); ++i) {
+    int64_t end = 0;
+    if (t.global_offset[i] < 0 || t.local_shape[i] < 0 || !AddOk(t.global_offset[i], t.local_shape[i], &end) ||
+        end > t.global_shape[i])
+      return Status::Corruption(p + ".global_offset/local_shape: box " + ShapeToString(t.global_offset) + " + " +
+                                ShapeToString(t.local_shape) + " outside global_shape " + ShapeToString(t.global_shape) +
+                                " on axis " + N(i));
+  }
+  const int64_t box = NumElements(t.local_shape);  // <= global: no overflow
+  if (t.flat_range && (t.flat_range->begin < 0 || t.flat_range->end < t.flat_range->begin || t.flat_range->end > box))
+    return Status::Corruption(p + ".flat_range: [" + std::to_string(t.flat_range->begin) + ", " +
+                              std::to_string(t.flat_range->end) + ") outside the box of " + std::to_string(box) +
+                              " elements");
+  const Shape dims = t.flat_range ? Shape{t.flat_range->size()} : t.local_shape.empty() ? Shape{1} : t.local_shape;
+  return CheckChunkLayout(s.record, dims, DTypeSize(t.dtype), p);
+}
+
+Status CheckObject(const ManifestObject& o, const std::string& p) {
+  const std::string op = "objects['" + o.meta.key + "']";
+  if (o.meta.key.empty()) return Status::Corruption("objects: empty key");
+  CKPT_ASSIGN_OR_RETURN(int64_t cells, CheckedElements(o.meta.global_shape, op + ".global_shape"));
+  if (cells > (int64_t(1) << 31)) return Status::Corruption(op + ".global_shape: grid of " + std::to_string(cells) + " cells");
+  if (o.meta.global_offset.size() != o.meta.global_shape.size())
+    return Status::Corruption(p + ".global_offset: rank differs from global_shape");
+  for (size_t i = 0; i < o.meta.global_shape.size(); ++i)
+    if (o.meta.global_offset[i] < 0 || o.meta.global_offset[i] >= o.meta.global_shape[i])
+      return Status::Corruption(p + ".global_offset: " + ShapeToString(o.meta.global_offset) + " outside the grid " +
+                                ShapeToString(o.meta.global_shape));
+  if (o.size > uint64_t(INT64_MAX)) return Status::Corruption(p + ".size: out of range");
+  return CheckChunkLayout(o.record, Shape{int64_t(o.size)}, 1, p);
+}
+
+Status CheckCoverageOfAll(const Manifest& m) {
+  std::map<std::string, std::vector<ShardedTensor>> by_key;
+  for (const auto& s : m.shards) by_key[s.meta.key].push_back(s.meta);
+  for (const auto& [key, shards] : by_key) {
+    Status st = reshard::CheckCoverage(key, shards[0].global_shape, shards);
+    if (!st.ok()) return Status::Corruption("tensors['" + key + "'].shards do not cover the tensor exactly once: " + st.message());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateManifest(const Manifest& m) {
+  CKPT_RETURN_IF_ERROR(ValidateManifestFields(m));
+  return CheckCoverageOfAll(m);
+}
+
+Status ValidateManifestFields(const Manifest& m) {
+  if (m.iteration < 0 || m.iteration > kMaxIteration)
+    return Status::Corruption("iteration: " + std::to_string(m.iteration) + " is out of range");
+  CKPT_RETURN_IF_ERROR(CheckFiles(m));
+  ChunkRanges ranges(m);
+  std::map<std::string, int> seen;
+  for (const auto& s : m.shards) {
+    const std::string p = "tensors['" + s.meta.key + "'].shards[" + N(seen[s.meta.key]++) + "]";
+    if (s.file < 0 || size_t(s.file) >= m.files.size()) return Status::Corruption(p + ".file: no file " + N(s.file));
+    CKPT_RETURN_IF_ERROR(CheckShard(s, p));
+    CKPT_RETURN_IF_ERROR(ranges.Add(s.file, s.record, p));
+  }
+  seen.clear();
+  for (const auto& o : m.objects) {
+    const std::string p = "objects['" + o.meta.key + "'].shards[" + N(seen[o.meta.key]++) + "]";
+    if (o.file < 0 || size_t(o.file) >= m.files.size()) return Status::Corruption(p + ".file: no file " + N(o.file));
+    CKPT_RETURN_IF_ERROR(CheckObject(o, p));
+    CKPT_RETURN_IF_ERROR(ranges.Add(o.file, o.record, p));
+  }
+  return ranges.CheckOverlaps();
+}
+
+Status CheckJsonDepth(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        return Status::Corruption("JSON nests deeper than " + N(max_depth) + " levels (depth limit) at byte " + N(i));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckpt
