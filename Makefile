@@ -1,4 +1,7 @@
-# make demo : install missing packages, build, run the main scenario.
+# make demo : install missing packages, build, run the main scenario: a PyTorch
+#             TP/DP GPT trains at TP4, is SIGKILLed mid-save, verified, resumed at
+#             TP4 and at TP2xDP2 (examples/torch_gpt/demo.py; table + PNG plot).
+# make demo-synthetic : the ~1 GB synthetic save/verify/load table (scripts/demo.sh).
 # make test : install missing packages, build, run the whole test suite.
 # make install [PREFIX=/usr/local] : install the command, libraries, headers,
 #   CMake package, pkg-config files and the HDF5 plugin (CMakeLists.txt "Install").
@@ -25,7 +28,7 @@ SAN_ENV = ASAN_OPTIONS=detect_leaks=1 \
 # tests cover the same filter in-process).
 SAN_EXCLUDE ?= H5py
 
-.PHONY: all deps configure build demo test bench clean install sanitize
+.PHONY: all deps configure build demo demo-synthetic test bench clean install sanitize
 
 all: build
 
@@ -39,6 +42,10 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
+	cd examples && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+		/usr/bin/python3 -m torch_gpt.demo --build $(abspath $(BUILD))
+
+demo-synthetic: build
 	bash scripts/demo.sh $(BUILD)
 
 test: build
@@ -46,7 +53,7 @@ test: build
 
 bench: build
 	CKPT_BENCH_DEPS=1 bash scripts/install_deps.sh
-	bash bench/run.sh $(BUILD)
+	/usr/bin/python3 bench/run.py $(BUILD)
 
 # Unit tests only (label "unit"; no mpirun campaign or integration tests).
 sanitize: deps

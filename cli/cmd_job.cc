@@ -19,7 +19,7 @@ using nlohmann::json;
 
 struct JobFlags {
   std::string root, model, layout = "tp=1", compression = "none", optimizer, share_reads = "dp",
-              share_transport = "mpi";
+              share_transport = "mpi", strict = "all";
   int64_t iteration = -1;
   int64_t share_round_mb = 64;
   int64_t bucket_elems = -1;
@@ -179,6 +179,9 @@ int RunLoad(const JobFlags& f) {
   o.comm = j.comm.get();
   o.timeout = Millis(f.timeout_ms);
   o.fallback = f.fallback;
+  auto strict = ParseStrictMode(f.strict);
+  if (!strict.ok()) return Fail("load", j.rank(), strict.status());
+  o.strict = *strict;
   auto share = ShareComm(j, f.share_reads, f.share_transport, o.timeout);
   if (!share.ok()) return Fail("load", j.rank(), share.status());
   o.share_comm = share->get();
@@ -196,6 +199,10 @@ int RunLoad(const JobFlags& f) {
   const double secs = Secs(t0);
   mem.peak = probe.Peak();
   if (!r.ok()) return FailLoad(j, r.status(), o.timeout);
+  for (const auto* keys : {&r->missing_keys, &r->unexpected_keys})
+    for (const auto& k : *keys)
+      Print0(j, "load  %s key (strict %s): %s\n", keys == &r->missing_keys ? "missing" : "unexpected",
+             f.strict.c_str(), k.c_str());
   int64_t mismatches = 0, opt_bad = 0;
   std::string first_bad;
   if (!f.no_check) {
@@ -297,6 +304,10 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
   cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
   cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
   cmd->add_flag("--no-check", f->no_check, "skip the element check");
+  cmd->add_option("--strict", f->strict,
+                  "fail on key mismatches: all (default: checkpoint keys the job does not request, or "
+                  "requested keys it lacks), unexpected, missing (missing ones are skipped otherwise) or none; "
+                  "mismatches are printed either way");
   cmd->add_option("--share-reads", f->share_reads,
                   "ranks needing the same chunk read it once and send it: dp (default: ranks with the same "
                   "TP/PP coordinates), job (all ranks) or none");

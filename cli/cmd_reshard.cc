@@ -6,6 +6,8 @@
 #include <set>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -85,6 +87,7 @@ int Fail(const char* cmd, const Status& st) {
 
 struct ReshardFlags {
   std::string src, dst, to, compression = "none";
+  std::vector<std::string> drop_objects;
   int64_t iteration = -1;
   int64_t chunk_kb = 4096;
   bool json = false;
@@ -107,6 +110,7 @@ int RunReshard(const ReshardFlags& f) {
   o.metadata["resharded_from"] = saved->manifest.layout;
   o.write.codec.compression = *comp;
   o.write.chunk_bytes = f.chunk_kb * 1024;
+  o.drop_objects.insert(f.drop_objects.begin(), f.drop_objects.end());
   const reshard::GptConfig model = saved->model;
   const ParallelConfig pc = *target;
   auto bucket_elems = OptimizerBucketElems(saved->manifest.metadata);
@@ -288,6 +292,8 @@ void RegisterReshard(CLI::App& app, int* exit_code) {
   cmd->add_option("--iter", f->iteration, "source iteration (default: the latest: the newest committed one at or above the tracker's)");
   cmd->add_option("--compress", f->compression, "none or zstd");
   cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
+  cmd->add_option("--drop-object", f->drop_objects,
+                  "leave out this per-rank object key (e.g. a (pp, tp)-grid RNG state under another TP); repeatable");
   cmd->add_flag("--json", f->json, "machine-readable output");
   cmd->callback([=]() { *exit_code = RunReshard(*f); });
 }

@@ -3,8 +3,10 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git libhdf5-dev hdf5-tools libzstd-dev zstd libssl-dev
       libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libgtest-dev googletest
-      python3 python3-h5py python3-numpy python3-torch)  # torch: the convert logits oracle (tests/python)
-if [[ "${CKPT_BENCH_DEPS:-0}" == 1 ]]; then PKGS+=(python3-matplotlib); fi
+      python3 python3-h5py python3-numpy python3-torch python3-pybind11 python3-pytest python3-mpi4py
+      python3-matplotlib)
+# torch: the convert logits oracle, the Python API (python/, tests/python) and examples/torch_gpt;
+# pybind11: the Python API's extension; matplotlib: the `make demo` plot and the bench plots
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -73,6 +73,11 @@ class AsyncSaver {
   // Joins the save in flight (if any) and returns its stats.
   Result<SaveStats> Wait();
   bool in_flight() const { return pending_.valid(); }
+  // True when no save is in flight or the one in flight has finished (Wait
+  // then returns without blocking).
+  bool finished() const {
+    return !pending_.valid() || pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
   // Of the last joined save, measured in its background thread: the seconds
   // it spent there (the test delay included; 0 before any join), and when it
   // began SaveCheckpoint, i.e. began reading the snapshot (or, without one,

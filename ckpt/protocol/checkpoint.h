@@ -89,6 +89,22 @@ struct SaveStats {
 
 Result<SaveStats> SaveCheckpoint(const ShardedStateDict& state, const SaveOptions& opts);
 
+// Strict key handling at load (like Megatron-Core's StrictHandling): which
+// key mismatches between the request and the checkpoint fail the load.
+//  missing    = keys (tensor or object) this rank requested that the checkpoint
+//               does not hold at all;
+//  unexpected = keys the checkpoint holds that no rank requested (with a Comm,
+//               the union over ranks: one extra AllGather, phase "strict").
+// Both lists always come back in LoadStats. kNone / kUnexpected: missing
+// requests are skipped (their buffers and objects untouched) and reported.
+// kMissing / kAll: a missing key fails the load (kNotFound naming it) before
+// any chunk is read. kUnexpected / kAll: unexpected keys fail it with
+// kFailedPrecondition after the read (buffers may have been written), e.g.
+// an 8-layer checkpoint loaded as a 4-layer model.
+enum class StrictMode { kNone, kUnexpected, kMissing, kAll };
+std::string_view StrictModeName(StrictMode mode);  // "none", "unexpected", "missing", "all"
+Result<StrictMode> ParseStrictMode(std::string_view name);
+
 // Cores per local rank: hardware threads / OMPI_COMM_WORLD_LOCAL_SIZE (>= 1).
 int DefaultLoadThreads();
 
@@ -107,6 +123,7 @@ struct LoadOptions {
   // Collective over share_comm for every load attempt. nullptr or one rank: off.
   Comm* share_comm = nullptr;
   int64_t share_round_bytes = int64_t(64) << 20;  // bytes a rank sends per exchange round
+  StrictMode strict = StrictMode::kMissing;  // the historical behaviour
 };
 
 struct LoadStats {
@@ -122,6 +139,8 @@ struct LoadStats {
   int share_rounds = 0;
   double seconds = 0;
   std::vector<std::string> skipped;  // fallback: iterations rejected and why
+  std::vector<std::string> missing_keys;     // requested by this rank, not in the checkpoint (sorted)
+  std::vector<std::string> unexpected_keys;  // in the checkpoint, requested by no rank (sorted)
 };
 
 Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opts);

@@ -88,10 +88,13 @@ Status LoadObjects(ShardedStateDict& state, const Manifest& m, ChunkReader& read
 
 bool SharesReads(const LoadOptions& opts) { return opts.share_comm && opts.share_comm->size() > 1; }
 
-Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration) {
-  Result<Manifest> m = ReadManifest(env, opts.root, iteration);
+// Loads `state` from the manifest `m` (or fails with its error, or `keys`'s).
+Result<LoadStats> LoadFromManifest(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration,
+                                   const Result<Manifest>& m, const Status& keys) {
   LoadStats stats;
-  Result<ChunkPlan> cp = m.ok() ? load_internal::PlanChunks(state, *m, &stats) : Result<ChunkPlan>(m.status());
+  Result<ChunkPlan> cp = !m.ok()     ? Result<ChunkPlan>(m.status())
+                         : !keys.ok() ? Result<ChunkPlan>(keys)
+                                      : load_internal::PlanChunks(state, *m, &stats);
   const std::string dir = JoinPath(opts.root, IterDirName(m.ok() ? m->iteration : iteration));
   if (SharesReads(opts)) {
     // Collective over the group even when this rank could not plan: its error
@@ -110,6 +113,30 @@ Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts
   stats.bytes_read += reader.bytes_read();
   stats.chunks_read += reader.chunks_read();
   return stats;
+}
+
+// One iteration with strict key handling: a missing key fails the load (as
+// a plan error, so a read-sharing group still meets) or is skipped.
+Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration) {
+  Result<Manifest> m = ReadManifest(env, opts.root, iteration);
+  load_internal::KeyCheck kc;
+  if (m.ok()) kc = load_internal::CheckKeys(state, *m);
+  const Status keys = load_internal::MissingKeysStatus(kc, opts.strict);
+  Result<LoadStats> r = Status::Internal("unreachable");
+  if (kc.missing.empty() || !keys.ok()) {
+    r = LoadFromManifest(state, opts, env, iteration, m, keys);
+  } else {
+    std::vector<size_t> kept;
+    ShardedStateDict present = load_internal::Without(state, kc.missing, &kept);
+    r = LoadFromManifest(present, opts, env, iteration, m, keys);
+    for (size_t i = 0; r.ok() && i < kept.size(); ++i)
+      state.objects()[kept[i]].bytes = std::move(present.objects()[i].bytes);
+  }
+  if (r.ok()) {
+    r->missing_keys = std::move(kc.missing);
+    r->unexpected_keys = std::move(kc.unrequested);
+  }
+  return r;
 }
 
 // The first rank whose message starts with one of `prefixes` (3 letters),
@@ -322,6 +349,7 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
                                all[i].substr(2) + ")");
   }
   if (!r.ok()) return r.status().WithContext("load from '" + opts.root + "'");
+  CKPT_RETURN_IF_ERROR(load_internal::AgreeUnexpected(opts, &*r).WithContext("load from '" + opts.root + "'"));
   r->seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return r;
 }

@@ -55,6 +55,24 @@ Result<std::span<const std::byte>> DecodeStored(const DatasetRecord& rec, int64_
                                                 std::span<const std::byte> stored, std::vector<std::byte>* buf,
                                                 const std::string& where);
 
+// Strict key handling (load_strict.cc). Keys of `state` the manifest lacks
+// (missing, sorted, with one reason each) and manifest keys `state` does not
+// request (unrequested, sorted).
+struct KeyCheck {
+  std::vector<std::string> missing, why, unrequested;
+};
+KeyCheck CheckKeys(const ShardedStateDict& state, const Manifest& m);
+// kNotFound naming the missing keys when `mode` raises on them, else OK.
+Status MissingKeysStatus(const KeyCheck& kc, StrictMode mode);
+// A dict of the entries of `state` whose key is not in `drop`: tensors alias
+// the same buffers; *kept_objects gets the index in `state` of each object kept.
+ShardedStateDict Without(const ShardedStateDict& state, const std::vector<std::string>& drop,
+                         std::vector<size_t>* kept_objects);
+// Turns stats->unexpected_keys (this rank's unrequested keys) into the keys no
+// rank requested (AllGather over opts.comm, phase "strict") and fails when
+// opts.strict raises on them.
+Status AgreeUnexpected(const LoadOptions& opts, LoadStats* stats);
+
 // Runs fn(0..n-1), fn(0) on the calling thread, the rest on their own; joins all.
 void RunWorkers(size_t n, const std::function<void(size_t)>& fn);
 

@@ -25,7 +25,11 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   // factory does not request are carried over by target rank 0.
   std::set<std::string> requested;
   std::map<std::pair<std::string, int64_t>, const ManifestObject*> carry;
-  for (const auto& o : src.objects) carry[{o.meta.key, o.meta.cell()}] = &o;
+  std::set<std::string> dropped_objects;  // named by the caller, recorded in the metadata
+  for (const auto& o : src.objects) {
+    if (opts.drop_objects.count(o.meta.key)) dropped_objects.insert(o.meta.key);
+    else carry[{o.meta.key, o.meta.cell()}] = &o;
+  }
   std::vector<Manifest> parts;
   for (int r = 0; r < opts.world_size; ++r) {
     auto state = factory(r);
@@ -65,7 +69,9 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   if (!dropped.empty())
     return abandon(Status::FailedPrecondition("offline reshard would drop state the target layout does not describe: " +
                                               dropped.substr(0, 400) + "; nothing was written"));
-  auto merged = MergeManifests(parts, dst_iter, opts.layout, opts.metadata);
+  nlohmann::json metadata = opts.metadata;
+  if (!dropped_objects.empty()) metadata["dropped_objects"] = nlohmann::json(dropped_objects);
+  auto merged = MergeManifests(parts, dst_iter, opts.layout, metadata);
   if (!merged.ok()) return abandon(merged.status());
   bool published = false;
   Status st = PublishCheckpoint(env, opts.dst_root, tmp, *merged, nullptr, &published);

@@ -9,13 +9,17 @@
 // Nothing is dropped silently: a source tensor no target rank requests, or a
 // per-rank object, fails the reshard (kFailedPrecondition naming them);
 // single-cell objects (layout-free blobs such as resume state) the factory
-// does not request are carried over unchanged.
+// does not request are carried over unchanged. Per-rank objects whose key the
+// caller names in drop_objects (e.g. an RNG state on a (pp, tp) grid, which
+// has no meaning under another TP, as Megatron's --no-load-rng) are left out
+// explicitly; the result's metadata lists them under "dropped_objects".
 // Memory: one target rank's state at a time plus the loader's read buffers.
 // Thread-compatible.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +44,7 @@ struct OfflineReshardOptions {
   int world_size = 1;          // target ranks
   nlohmann::json layout = nlohmann::json::object();    // target layout, recorded in the manifest
   nlohmann::json metadata = nlohmann::json::object();  // recorded in the manifest
+  std::set<std::string> drop_objects;  // per-rank object keys to leave out, explicitly
   ShardWriteOptions write;
   Env* env = nullptr;
 };

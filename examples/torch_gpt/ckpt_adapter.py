@@ -1,14 +1,15 @@
 """The one place that maps torch_gpt's descriptors onto ckpt's Python API.
 
-Assumed API of the `ckpt` module (Megatron-Core dist_checkpointing style; it is
-being written in parallel, so the module is passed in, never imported here):
+The API of the `ckpt` module used (python/ckpt, Megatron-Core dist_checkpointing
+style; the module is passed in, never imported here, so tests can pass a stand-in):
   ckpt.ShardedTensor.from_rank_offsets(key, tensor, *(axis, rank_offset, num_parts),
                                        replica_id=tuple, allow_shape_mismatch=bool)
       global_shape[axis] = tensor.shape[axis] * num_parts,
       global_offset[axis] = tensor.shape[axis] * rank_offset (other axes: whole);
       `tensor` is a view of live state: load writes into it in place.
   ckpt.ShardedObject(key, obj, global_shape, global_offset, replica_id)
-  ckpt.save(sharded_state_dict, root, iteration, comm=..., metadata=dict)   collective
+  ckpt.save(sharded_state_dict, root, iteration, comm=..., metadata=dict, layout=dict)
+      collective; ckpt.async_save(same) -> handle (.wait(timeout), .start_stats)
   ckpt.load(sharded_state_dict, root, iteration=None, comm=...) -> dict     collective
       fills every ShardedTensor in place and returns a dict with the same names
       where each ShardedObject is replaced by its loaded object (MCore's load
@@ -39,12 +40,40 @@ def to_ckpt(entries: dict, ckpt, encode=_identity) -> dict:
     return out
 
 
+def state_dict_entries(job, use_rng: bool = True) -> dict:
+    """The job's descriptors (state.py); use_rng=False leaves the RNG state out."""
+    from .train import state_dict
+    entries = state_dict(job)
+    if not use_rng:
+        entries = {n: e for n, e in entries.items() if e.key != RNG_KEY}
+    return entries
+
+
+def save_entries(job, ckpt, entries: dict, root: str, comm=None, is_async: bool = False,
+                 compress=None, encode=_identity):
+    """ckpt.save (or ckpt.async_save, returning its handle) of `entries` at the
+    job's iteration, with the GPT config and layout in the metadata."""
+    fn = ckpt.async_save if is_async else ckpt.save
+    kwargs = {"comm": comm, "metadata": checkpoint_metadata(job.model_cfg, job.ps),
+              "layout": job.ps.layout_json()}  # the manifest's layout (`ckpt inspect`)
+    if compress:
+        kwargs["compress"] = compress
+    return fn(to_ckpt(entries, ckpt, encode), root, job.iteration, **kwargs)
+
+
+def load_entries(job, ckpt, entries: dict, root: str, iteration=None, comm=None,
+                 use_rng: bool = True, decode=_identity) -> None:
+    """ckpt.load of `entries` (tensors filled in place), then the resume objects
+    that were requested are applied to the job."""
+    from .train import restore_objects
+    loaded = ckpt.load(to_ckpt(entries, ckpt), root, iteration=iteration, comm=comm)
+    objs = {e.key: decode(loaded[n]) for n, e in entries.items() if isinstance(e, ObjectShard)}
+    restore_objects(job, objs, use_rng)
+
+
 def save(job, ckpt, root: str, comm=None, encode=_identity) -> None:
     """Saves the job's full state at its current iteration (collective)."""
-    from .train import state_dict
-    sd = to_ckpt(state_dict(job), ckpt, encode)
-    ckpt.save(sd, root, job.iteration, comm=comm,
-              metadata=checkpoint_metadata(job.model_cfg, job.ps))
+    save_entries(job, ckpt, state_dict_entries(job), root, comm, encode=encode)
 
 
 def load(job, ckpt, root: str, iteration=None, comm=None, use_rng: bool = True,
@@ -52,10 +81,5 @@ def load(job, ckpt, root: str, iteration=None, comm=None, use_rng: bool = True,
     """Loads into the job in place and restores its resume objects (collective).
     use_rng=False leaves the RNG state out of the request: required when the
     checkpoint's TP differs (its (pp, tp) grid has no cell for this rank)."""
-    from .train import restore_objects, state_dict
-    entries = state_dict(job)
-    if not use_rng:
-        entries = {n: e for n, e in entries.items() if e.key != RNG_KEY}
-    loaded = ckpt.load(to_ckpt(entries, ckpt), root, iteration=iteration, comm=comm)
-    objs = {e.key: decode(loaded[n]) for n, e in entries.items() if isinstance(e, ObjectShard)}
-    restore_objects(job, objs, use_rng)
+    load_entries(job, ckpt, state_dict_entries(job, use_rng), root, iteration, comm, use_rng,
+                 decode)

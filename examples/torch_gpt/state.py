@@ -95,7 +95,7 @@ def model_shards(model, source=lambda name, p: p, naive_fc1: bool = False) -> li
     return out
 
 
-def optimizer_shards(model, opt: AdamW) -> list[TensorShard]:
+def optimizer_shards(model, opt: AdamW, naive_fc1: bool = False) -> list[TensorShard]:
     ps = model.ps
     sources = {"fp32_param": lambda n, p: p.data, "exp_avg": lambda n, p: opt.exp_avg[n],
                "exp_avg_sq": lambda n, p: opt.exp_avg_sq[n]}
@@ -103,7 +103,7 @@ def optimizer_shards(model, opt: AdamW) -> list[TensorShard]:
     for state in ADAM_STATES:
         for name, p in model.named_parameters():
             out += tensor_shards(optimizer_key(state, name), name, sources[state](name, p),
-                                 model.cfg, ps)
+                                 model.cfg, ps, naive_fc1)
     out.append(from_rank_offsets(STEP_KEY, opt.step_tensor,
                                  replica_id=(ps.pp_rank, ps.tp_rank, ps.dp_rank)))
     return out
@@ -140,11 +140,13 @@ def object_shards(ps: ParallelState, model_cfg: GPTConfig, train_cfg: TrainConfi
 
 def sharded_state_dict(model, optimizer: AdamW, sched: LrScheduler,
                        sampler: PretrainingSampler, rng: RngState, *,
-                       train_cfg: TrainConfig, iteration: int) -> dict:
+                       train_cfg: TrainConfig, iteration: int, naive_fc1: bool = False) -> dict:
     """{key-ordered name: TensorShard | ObjectShard} for this rank: model,
     optimizer, step, and the resume objects. Two fc1 shards share a key, so the
-    dict's names are "<key>" or "<key>#<i>" for the i-th extra shard."""
-    entries = model_shards(model) + optimizer_shards(model, optimizer)
+    dict's names are "<key>" or "<key>#<i>" for the i-th extra shard.
+    naive_fc1: the negative control (fc1 as one plain axis-0 slice)."""
+    entries = model_shards(model, naive_fc1=naive_fc1) + optimizer_shards(model, optimizer,
+                                                                           naive_fc1)
     entries += object_shards(model.ps, model.cfg, train_cfg, iteration, sched, sampler, rng)
     out: dict = {}
     for e in entries:

@@ -52,6 +52,7 @@ class Job:
     model_cfg: GPTConfig
     train_cfg: TrainConfig
     iteration: int = 0
+    naive_fc1: bool = False  # negative control: describe fc1 with the naive split
 
 
 def build_job(model_cfg: GPTConfig, train_cfg: TrainConfig, ps: ParallelState) -> Job:
@@ -89,12 +90,14 @@ def train_step(job: Job) -> dict:
     job.iteration += 1
     loss = float(all_reduce(loss_sum, job.ps.dp_group) / job.ps.dp)
     return {"iteration": job.iteration, "loss": loss, "loss_hex": loss.hex(),
+            "first_sample": micro[0][0] if micro and micro[0] else None,
             "grad_norm": grad_norm, "lr": lr, "consumed_samples": job.sampler.consumed_samples}
 
 
 def state_dict(job: Job) -> dict:
     return sharded_state_dict(job.model, job.opt, job.sched, job.sampler, job.rng,
-                              train_cfg=job.train_cfg, iteration=job.iteration)
+                              train_cfg=job.train_cfg, iteration=job.iteration,
+                              naive_fc1=job.naive_fc1)
 
 
 def restore_objects(job: Job, objs: dict, use_rng: bool = True) -> None:
@@ -107,12 +110,31 @@ def restore_objects(job: Job, objs: dict, use_rng: bool = True) -> None:
         raise ValueError(f"checkpoint iteration {job.iteration} holds optimizer step "
                          f"{job.opt.step_count}")
     job.sched.load_json(objs[LR_KEY])
-    job.sampler.load_json(objs[ITERATOR_KEY])
+    if ITERATOR_KEY in objs:
+        job.sampler.load_json(objs[ITERATOR_KEY])
+    elif job.ps.rank == 0:
+        print("no data iterator state loaded: the sampler starts from sample 0 "
+              "(samples are repeated)", file=sys.stderr)
     if use_rng and RNG_KEY in objs:
         job.rng.load_json(objs[RNG_KEY])
     elif use_rng and job.ps.rank == 0:
         print("no RNG state for this (pp, tp) grid in the checkpoint (TP changed?): "
               "continuing with fresh generators, not bitwise", file=sys.stderr)
+
+
+def checkpointer(a: argparse.Namespace, ps: ParallelState):
+    """A ckpt_io.Checkpointer when a ckpt option is given, else None (no import)."""
+    if not (a.save or a.load):
+        return None
+    from .ckpt_io import Checkpointer
+    return Checkpointer(ps, save_dir=a.save, interval=a.save_interval, async_save=a.async_save,
+                        comm=a.ckpt_comm, stats_log=a.ckpt_stats)
+
+
+def periodic_save(ck, job: Job, a: argparse.Namespace) -> None:
+    if a.async_save and a.sync_copy:
+        ck.save(job, a.sync_copy, sync=True)  # the reference the async save must equal
+    ck.save(job)
 
 
 def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namespace]:
@@ -132,6 +154,23 @@ def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namesp
     ap.add_argument("--save-ref", default=None, help="reference checkpoint file written at the end")
     ap.add_argument("--load-ref", default=None, help="reference checkpoint file to resume from")
     ap.add_argument("--no-rng-state", action="store_true", help="resume without RNG state")
+    c = ap.add_argument_group("ckpt checkpoints (ckpt_io.py)")
+    c.add_argument("--save", default=None, help="ckpt root to save into (and at the end)")
+    c.add_argument("--save-interval", type=int, default=0, help="save every K iterations")
+    c.add_argument("--async-save", action="store_true", help="ckpt.async_save from the loop")
+    c.add_argument("--sync-copy", default=None,
+                   help="before each async save, a synchronous save of the same step here")
+    c.add_argument("--load", default=None, help="ckpt root to resume from (any layout)")
+    c.add_argument("--load-iter", type=int, default=None, help="iteration (default: latest)")
+    c.add_argument("--no-load-rng", action="store_true", help="do not load the RNG state")
+    c.add_argument("--no-load-iterator", action="store_true",
+                   help="negative control: do not load the data iterator position")
+    c.add_argument("--naive-fc1", action="store_true",
+                   help="negative control: save/load SwiGLU fc1 as one plain axis-0 slice")
+    c.add_argument("--save-after-load", default=None,
+                   help="right after loading, save the loaded state here (fingerprint check)")
+    c.add_argument("--ckpt-comm", default="torch", help="ckpt control plane: torch | mpi")
+    c.add_argument("--ckpt-stats", default=None, help="rank 0 appends one JSON line per save/load")
     a = ap.parse_args(argv)
     m = preset(a.model)
     m.tied_embeddings = a.tied
@@ -151,10 +190,21 @@ def main(argv: list[str] | None = None) -> None:
     rank, world = dist_env.init_from_env()
     ps = build_parallel_state(train_cfg.tp, rank, world)
     job = build_job(model_cfg, train_cfg, ps)
+    job.naive_fc1 = a.naive_fc1
     if a.load_ref:
         restore_objects(job, load_reference(a.load_ref, state_dict(job)), not a.no_rng_state)
+    ck = checkpointer(a, ps)
+    if a.load:
+        rec = ck.load(job, a.load, a.load_iter, use_rng=False if a.no_load_rng else "auto",
+                      use_iterator=not a.no_load_iterator)
+        if rank == 0:
+            print(f"loaded iteration {job.iteration} from {a.load} (saved layout "
+                  f"{rec['saved_layout']}, RNG {'loaded' if rec['rng_loaded'] else 'NOT loaded'}"
+                  f"): {rec['bytes'] / 1e6:.1f} MB in {rec['seconds']:.3f} s", flush=True)
+        if a.save_after_load:
+            ck.save(job, a.save_after_load, sync=True)
     log = open(a.log, "a") if a.log and rank == 0 else None
-    t0 = time.monotonic()
+    t0, start_iter = time.monotonic(), job.iteration
     while job.iteration < train_cfg.steps:
         rec = train_step(job)
         if rank == 0:
@@ -163,6 +213,13 @@ def main(argv: list[str] | None = None) -> None:
             if log:
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
+        if ck and a.save and a.save_interval and job.iteration % a.save_interval == 0:
+            periodic_save(ck, job, a)
+    saved_last = a.save_interval and job.iteration % a.save_interval == 0
+    if ck and a.save and job.iteration > start_iter and not saved_last:
+        ck.save(job)  # the final state, as Megatron saves at the end of training
+    if ck:
+        ck.close()
     if rank == 0:
         print(f"done: {job.iteration} iterations, tp={ps.tp} dp={ps.dp}, "
               f"{time.monotonic() - t0:.1f} s", flush=True)

@@ -9,9 +9,10 @@ tokens:
     computing from the HF files;
   * the subject: `ckpt convert HF --to ckpt --layout tp=K[,pp=2]`, then the
     Megatron-style TP model of examples/torch_gpt at TP K, each rank filling
-    its parameters straight from the converted checkpoint's shard files with
-    h5py (the manifest's boxes, no ckpt code: the Python API does not exist
-    yet; the lead will switch this loader to it);
+    its parameters from the converted checkpoint through ckpt's Python API
+    (`ckpt.load` in place, hashes checked); one case also fills them with
+    h5py from the manifest's boxes (no ckpt code at all), and one checkpoint
+    is converted through the Python API's `ckpt.convert` instead of the CLI;
 must agree in fp32 within LOGITS_TOL at TP1, TP2, TP4 and a TP2xPP2
 checkpoint loaded at TP2 (torch_gpt has no PP). Also checked: the
 `ckpt convert --to torch` file opens with plain torch.load (weights_only too)
@@ -44,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
 sys.path.insert(0, EXAMPLES)
 
-from torch_gpt import dist_env, launch  # noqa: E402
+from torch_gpt import ckpt_adapter, dist_env, launch  # noqa: E402
 from torch_gpt.config import GPTConfig  # noqa: E402
 from torch_gpt.layers import gather_vocab_logits  # noqa: E402
 from torch_gpt.model import GPTModel  # noqa: E402
@@ -189,6 +190,14 @@ def torch_gpt_config(c: dict) -> GPTConfig:
                      seq_length=32, rope_base=c["rope_theta"], norm_eps=c["rms_norm_eps"])
 
 
+# ------------------------------------------------- ckpt checkpoint via the API
+def load_ckpt_with_api(root: str, shards) -> None:
+    """Fills each TensorShard in place with ckpt.load (this rank's boxes only)."""
+    import ckpt
+    entries = {f"{i}:{s.key}": s for i, s in enumerate(shards)}
+    ckpt.load(ckpt_adapter.to_ckpt(entries, ckpt), root, strict="raise_all")
+
+
 # ------------------------------------------------- ckpt checkpoint via h5py
 def load_ckpt_with_h5py(root: str, shards) -> None:
     """Fills each TensorShard from the checkpoint's saved boxes (manifest + HDF5)."""
@@ -241,6 +250,8 @@ def tp_logits_worker(out_path: str, jobs: list, tp: int, tokens_path: str) -> No
         model.eval()
         shards = model_shards(model)
         if kind == "ckpt":
+            load_ckpt_with_api(path, shards)
+        elif kind == "ckpt-h5py":
             load_ckpt_with_h5py(path, shards)
         else:  # a torch.save file of global tensors (ckpt convert --to torch)
             scatter_global(shards, torch.load(path))
@@ -289,6 +300,13 @@ def main() -> int:
 
     def convert(model: str, layout: str, tag: str, *extra: str) -> str:
         root = os.path.join(a.work, f"ckpt_{model}_{tag}")
+        if layout == "tp=4" and not extra:  # the Python API's convert, same library call
+            import ckpt
+            st = ckpt.convert(os.path.join(a.work, "hf_" + model), root, to="ckpt", layout=layout,
+                              vocab_divisible_by=DIVISIBLE_BY)
+            print(f"ok   ckpt.convert (Python) {model} -> {layout}: {st['tensors']} tensors, "
+                  f"{st['bytes_written']} bytes")
+            return root
         run([a.ckpt, "convert", os.path.join(a.work, "hf_" + model), root, "--to", "ckpt", "--layout", layout,
              "--vocab-divisible-by", str(DIVISIBLE_BY), *extra])
         return root
@@ -300,6 +318,9 @@ def main() -> int:
         expect[f"untied tp{tp}"] = ("untied", True)
     jobs[2].append(("untied tp2pp2 at tp2", cfgs["untied"], "ckpt", convert("untied", "tp=2,pp=2", "tp2pp2")))
     expect["untied tp2pp2 at tp2"] = ("untied", True)
+    jobs[2].append(("untied tp2pp2 at tp2 (h5py)", cfgs["untied"], "ckpt-h5py",
+                     os.path.join(a.work, "ckpt_untied_tp2pp2")))
+    expect["untied tp2pp2 at tp2 (h5py)"] = ("untied", True)
     for tp in (1, 2):
         jobs[tp].append((f"tied_hd16 tp{tp}", cfgs["tied_hd16"], "ckpt", convert("tied_hd16", f"tp={tp}", f"tp{tp}")))
         expect[f"tied_hd16 tp{tp}"] = ("tied_hd16", True)

@@ -55,3 +55,32 @@ def env_with_path() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = EXAMPLES + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+# --- checkpoints through ckpt (test_ckpt_*.py): the built CLI and Python package ---
+REPO = os.path.dirname(EXAMPLES)
+CKPT_BUILD = os.path.abspath(os.environ.get("CKPT_BUILD", os.path.join(REPO, "build")))
+
+
+@pytest.fixture(scope="session")
+def ckpt_build() -> str:
+    """The build dir holding cli/ckpt and the ckpt Python package; fails (never
+    skips) when they are missing, so a ctest run cannot pass without them."""
+    from torch_gpt import story
+    if not os.path.exists(story.ckpt_bin(CKPT_BUILD)):
+        pytest.fail(f"no ckpt CLI under {CKPT_BUILD} (build it, or set CKPT_BUILD)")
+    os.environ.setdefault("CKPT_PYTHONPATH", os.path.join(CKPT_BUILD, "python"))
+    from torch_gpt.ckpt_io import import_ckpt
+    import_ckpt()
+    return CKPT_BUILD
+
+
+def ckpt_job(build: str, d, name: str, nproc: int, args: list, launcher: str = "spawn",
+             timeout_s: float = 180) -> list[dict]:
+    """Runs torch_gpt.train (ckpt options in args) as its own process tree;
+    returns its per-step log records."""
+    from torch_gpt import story
+    log = os.path.join(str(d), f"{name}.jsonl")
+    cmd = story.train_cmd(nproc, [str(x) for x in args] + ["--log", log], launcher, timeout_s)
+    story.run(cmd, build, timeout_s=timeout_s + 30)
+    return story.read_jsonl(log)

@@ -43,7 +43,7 @@ class ShardedObject:
     replica_id: tuple
 
 
-def save(sd: dict, root: str, iteration: int, comm=None, metadata=None) -> None:
+def save(sd: dict, root: str, iteration: int, comm=None, metadata=None, layout=None) -> None:
     tensors, objects = {}, {}
     for e in sd.values():
         if isinstance(e, ShardedTensor):

@@ -1,0 +1,189 @@
+"""ckpt.save / ckpt.load / ckpt.async_save over a sharded state dict."""
+import json
+import pickle
+import time
+import warnings
+
+from . import _ckpt
+from ._comm import async_handle_of, handle_of
+from ._descriptors import ShardedObject, ShardedTensor, flatten, rebuild
+from ._errors import CkptTimeoutError
+from ._tensors import HostBuffer
+
+# Megatron-Core StrictHandling names -> (C++ strict mode, warn about, return what).
+_STRICT = {
+    "assume_ok_unexpected": ("missing", None, None),
+    "log_unexpected": ("missing", "unexpected", None),
+    "log_all": ("none", "all", None),
+    "raise_unexpected": ("all", None, None),
+    "raise_all": ("all", None, None),
+    "return_unexpected": ("missing", None, "unexpected"),
+    "return_all": ("none", None, "all"),
+    "ignore_all": ("none", None, None),
+    # ckpt's own names (as `ckpt load --strict`): raise on ...
+    "none": ("none", None, None),
+    "unexpected": ("unexpected", None, None),
+    "missing": ("missing", None, None),
+    "all": ("all", None, None),
+}
+
+
+def _entries(state, for_load):
+    tensors, objects = flatten(state)
+    bufs = [HostBuffer(t.data, for_load) for _, t in tensors]
+    entries = [(t.key, t.dtype, t.global_shape, t.global_offset, t.local_shape, t.replica_id, t.flat_range,
+                t.allow_shape_mismatch, b.address, b.nbytes) for (_, t), b in zip(tensors, bufs)]
+    objs = [o._entry(with_data=not for_load) for _, o in objects]
+    return entries, objs, bufs, objects
+
+
+def _json(value, what):
+    try:
+        return json.dumps(value if value is not None else {})
+    except TypeError as e:
+        raise TypeError(f"ckpt: {what} must be JSON-serialisable: {e}") from None
+
+
+def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
+         layout=None, chunk_bytes=0):
+    """Saves every rank's shards as checkpoint `iteration` under `root` (collective
+    over comm): atomic, nothing visible unless every rank wrote its part. Only main
+    replicas (replica_id all zeros) are written; replicated shards are spread over
+    their holders. metadata: a JSON-serialisable dict recorded in the manifest (e.g.
+    {"gpt": <model config>} for `ckpt plan/reshard`). Returns this rank's stats."""
+    entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
+    return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
+                      float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes))
+
+
+def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_unexpected", timeout=60.0,
+         verify_hashes=True, fallback=False, stats=None):
+    """Loads checkpoint `iteration` (None: the latest) into every ShardedTensor in
+    place, under any layout (reshard on load), and returns the state dict with each
+    ShardedTensor replaced by its tensor and each ShardedObject by its loaded
+    object. Collective over comm. strict: Megatron-Core's StrictHandling names
+    ("assume_ok_unexpected" (default), "raise_unexpected", "raise_all",
+    "return_unexpected" -> (state, unexpected), "return_all" -> (state, missing,
+    unexpected), "log_*", "ignore_all") or ckpt's "none|unexpected|missing|all"
+    (raise on ...). Missing keys that do not raise are skipped (left as they are).
+    stats: a dict to fill with the load's stats."""
+    if strict not in _STRICT:
+        raise ValueError(f"ckpt: strict={strict!r} is not one of {sorted(_STRICT)}")
+    mode, warn, ret = _STRICT[strict]
+    entries, objs, bufs, objects = _entries(sharded_state_dict, for_load=True)
+    st, blobs = _ckpt.load(entries, objs, str(root), -1 if iteration is None else int(iteration),
+                           handle_of(comm), mode, float(timeout), bool(verify_hashes), bool(fallback))
+    for b in bufs:
+        b.finish_load()
+    if stats is not None:
+        stats.update(st)
+    missing = set(st["missing_keys"])
+    loaded = {id(o): (o.data if o.key in missing else pickle.loads(blob)) for (_, o), blob in zip(objects, blobs)}
+    out = rebuild(sharded_state_dict, lambda d: d.data if isinstance(d, ShardedTensor) else loaded[id(d)])
+    if warn and (st["unexpected_keys"] or (warn == "all" and st["missing_keys"])):
+        warnings.warn(f"ckpt load: unexpected keys {st['unexpected_keys']}" +
+                      (f", missing keys {st['missing_keys']}" if warn == "all" else ""))
+    if ret == "unexpected":
+        return out, set(st["unexpected_keys"])
+    if ret == "all":
+        return out, missing, set(st["unexpected_keys"])
+    return out
+
+
+class _Saver:
+    """One C++ AsyncSaver per comm: saves of one comm are serialised."""
+
+    def __init__(self, comm):
+        self.cpp = _ckpt.AsyncSaver(async_handle_of(comm))
+        self.current = None  # the handle in flight
+        _SAVERS.append(self)
+
+
+_SAVERS = []
+
+
+def shutdown():
+    """At exit: joins async saves still in flight (errors dropped: nothing of a
+    failed save is published), then frees ckpt's MPI communicators and finalises
+    MPI if ckpt initialised it."""
+    for s in _SAVERS:
+        if s.current is not None:
+            try:
+                s.current.wait()
+            except Exception:  # noqa: BLE001
+                pass
+    _ckpt.shutdown_mpi()
+
+
+_LOCAL_SAVER = None
+
+
+def _saver_of(comm):
+    global _LOCAL_SAVER
+    if comm is None:
+        if _LOCAL_SAVER is None:
+            _LOCAL_SAVER = _Saver(None)
+        return _LOCAL_SAVER
+    if getattr(comm, "_saver", None) is None:
+        comm._saver = _Saver(comm)
+    return comm._saver
+
+
+class AsyncSaveHandle:
+    """An async save in flight. .start_stats: the blocking part (snapshot).
+    .wait(timeout=None) -> stats (raises the save's CkptError; CkptTimeoutError
+    if not done within timeout, the save going on); .done() -> bool."""
+
+    def __init__(self, saver, iteration, start_stats):
+        self._saver, self.iteration, self.start_stats = saver, iteration, start_stats
+        self._stats, self._error = None, None
+
+    def done(self):
+        return self._stats is not None or self._error is not None or self._saver.cpp.done()
+
+    def _join(self):
+        if self._stats is None and self._error is None:
+            try:
+                self._stats = self._saver.cpp.wait()
+            except Exception as e:  # noqa: BLE001 - recorded for every later wait()
+                self._error = e
+            finally:
+                self._saver.current = None
+
+    def wait(self, timeout=None):
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            while not self.done():
+                if time.monotonic() > deadline:
+                    raise CkptTimeoutError(f"async save of iteration {self.iteration} not finished within "
+                                           f"{timeout} s (still running)", rank=-1, phase="async_save")
+                time.sleep(0.005)
+        self._join()
+        if self._error is not None:
+            raise self._error
+        return self._stats
+
+    @property
+    def stats(self):
+        return self._stats
+
+
+def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
+               layout=None, chunk_bytes=0):
+    """Like save, but returns once the state is copied into host snapshot buffers
+    (the only blocking part): the caller may overwrite its tensors at once. Saves
+    of one comm run one at a time, in call order: a new async_save first joins
+    the previous one and raises its error (then this save is not started). A
+    failed background save never publishes anything. Collective over comm."""
+    saver = _saver_of(comm)
+    t0 = time.monotonic()
+    if saver.current is not None:
+        saver.current.wait()
+    waited = time.monotonic() - t0
+    entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
+    st = saver.cpp.start(entries, objs, str(root), int(iteration), compress or "none", float(timeout),
+                         _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes))
+    st["wait_previous_seconds"] += waited
+    st["blocking_seconds"] += waited
+    saver.current = AsyncSaveHandle(saver, int(iteration), st)
+    return saver.current

@@ -1,0 +1,220 @@
+// ckpt._ckpt: the pybind11 extension under the ckpt Python package.
+//
+// Plain functions over the C++ library; the package (python/ckpt) builds the
+// descriptor tuples (py_state.h) from torch tensors and numpy arrays, pickles
+// objects and turns results into Python values. Every call that reads or
+// writes a checkpoint releases the GIL; tensor bytes are never copied here
+// (the C++ protocol reads and writes the caller's buffers in place).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+
+#include "py_comm.h"
+#include "py_convert.h"
+#include "py_state.h"
+#include "ckpt/format/manifest.h"
+
+namespace ckpt::py {
+namespace {
+
+Comm* CommOf(const std::shared_ptr<CommHandle>& h) { return h ? h->get() : nullptr; }
+int RankOf(const std::shared_ptr<CommHandle>& h) { return h && h->get() ? h->get()->rank() : 0; }
+Millis MillisOf(double seconds) { return Millis(int64_t(seconds * 1000.0)); }
+
+SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::string& compress, double timeout_s,
+                     const std::string& metadata, const std::string& layout, int64_t chunk_bytes) {
+  SaveOptions o;
+  o.root = root;
+  o.iteration = iteration;
+  o.timeout = MillisOf(timeout_s);
+  o.write.codec.compression = Value(ParseCompression(compress), -1, "save");
+  if (chunk_bytes > 0) o.write.chunk_bytes = chunk_bytes;
+  o.metadata = nlohmann::json::parse(metadata);
+  o.layout = nlohmann::json::parse(layout);
+  return o;
+}
+
+pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
+               const std::shared_ptr<CommHandle>& comm, const std::string& compress, double timeout_s,
+               const std::string& metadata, const std::string& layout, int64_t chunk_bytes) {
+  ShardedStateDict sd = StateOf(tensors, objects);
+  SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes);
+  o.comm = CommOf(comm);
+  Result<SaveStats> r = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    r = SaveCheckpoint(sd, o);
+  }
+  return ToDict(Value(std::move(r), RankOf(comm), "save"));
+}
+
+pyb::tuple Load(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
+                const std::shared_ptr<CommHandle>& comm, const std::string& strict, double timeout_s,
+                bool verify_hashes, bool fallback) {
+  ShardedStateDict sd = StateOf(tensors, objects);
+  LoadOptions o;
+  o.root = root;
+  o.iteration = iteration;
+  o.comm = CommOf(comm);
+  o.timeout = MillisOf(timeout_s);
+  o.verify_hashes = verify_hashes;
+  o.fallback = fallback;
+  o.strict = Value(ParseStrictMode(strict), RankOf(comm), "load");
+  Result<LoadStats> r = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    r = LoadCheckpoint(sd, o);
+  }
+  pyb::dict stats = ToDict(Value(std::move(r), RankOf(comm), "load"));
+  pyb::list objs;
+  for (const auto& e : sd.objects())
+    objs.append(pyb::bytes(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size()));
+  return pyb::make_tuple(stats, objs);
+}
+
+// AsyncSaver over a dedicated Comm handle (kept alive with it).
+class PyAsyncSaver {
+ public:
+  explicit PyAsyncSaver(std::shared_ptr<CommHandle> comm)
+      : comm_(std::move(comm)), saver_(std::make_unique<AsyncSaver>(CommOf(comm_) ? CommOf(comm_) : &local_)) {}
+  ~PyAsyncSaver() {
+    pyb::gil_scoped_release nogil;  // a callback comm in flight needs the GIL
+    saver_.reset();
+  }
+  pyb::dict Start(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
+                  const std::string& compress, double timeout_s, const std::string& metadata,
+                  const std::string& layout, int64_t chunk_bytes) {
+    ShardedStateDict sd = StateOf(tensors, objects);
+    SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes);
+    Result<AsyncStartStats> r = Status::Internal("not run");
+    {
+      pyb::gil_scoped_release nogil;
+      r = saver_->Start(sd, o);
+    }
+    return ToDict(Value(std::move(r), rank(), "async_save"));
+  }
+  pyb::dict Wait() {
+    Result<SaveStats> r = Status::Internal("not run");
+    {
+      pyb::gil_scoped_release nogil;
+      r = saver_->Wait();
+    }
+    pyb::dict d = ToDict(Value(std::move(r), rank(), "async_save"));
+    d["background_seconds"] = saver_->last_background_seconds();
+    return d;
+  }
+  bool Done() const { return saver_->finished(); }
+  bool InFlight() const { return saver_->in_flight(); }
+  int rank() const { return RankOf(comm_); }
+
+ private:
+  std::shared_ptr<CommHandle> comm_;
+  LocalComm local_;
+  std::unique_ptr<AsyncSaver> saver_;
+};
+
+pyb::dict Inspect(const std::string& root, int64_t iteration) {
+  Result<Manifest> m = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    m = ReadManifest(DefaultEnv(), root, iteration);
+  }
+  return ToDict(Value(std::move(m), 0, "inspect"));
+}
+
+pyb::dict Verify(const std::string& root, int64_t iteration) {
+  VerifyOptions o;
+  o.iteration = iteration;
+  Result<VerifyReport> r = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    r = VerifyCheckpoint(DefaultEnv(), root, o);
+  }
+  return ToDict(Value(std::move(r), 0, "verify"));
+}
+
+pyb::dict FingerprintOf(const std::string& root, int64_t iteration) {
+  FingerprintOptions o;
+  o.iteration = iteration;
+  Result<Fingerprint> r = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    r = FingerprintCheckpoint(root, o);
+  }
+  return ToDict(Value(std::move(r), 0, "fingerprint"));
+}
+
+// Median seconds of `reps` memcpys of the given tensors into one buffer (the
+// async blocking baseline, MedianStateMemcpySeconds).
+double MemcpySeconds(const pyb::list& tensors, int reps) {
+  ShardedStateDict sd = StateOf(tensors, pyb::list());
+  std::vector<std::byte> dst(size_t(std::max<int64_t>(sd.TotalBytes(), 1)));
+  pyb::gil_scoped_release nogil;
+  return Value(MedianStateMemcpySeconds(sd, dst, reps), 0, "memcpy");
+}
+
+// Mean seconds per call of one Comm collective ("gather", "broadcast",
+// "allgather", "barrier", "alltoall") with `bytes`-byte messages, after a
+// warm-up barrier: the control-plane latency bench (bench/python_api.py).
+double CommBench(const std::shared_ptr<CommHandle>& h, const std::string& op, int reps, int64_t bytes,
+                 double timeout_s) {
+  Comm* c = CommOf(h);
+  if (!c) Check(Status::InvalidArgument("comm_bench needs a comm"), 0, "comm_bench");
+  const std::string msg(size_t(bytes), 'x');
+  const Millis t = MillisOf(timeout_s);
+  pyb::gil_scoped_release nogil;
+  Check(c->Barrier(t, "bench-start"), c->rank(), "comm_bench");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) {
+    Status st;
+    if (op == "gather") st = c->Gather(msg, 0, t, "bench").status();
+    else if (op == "broadcast") st = c->Broadcast(msg, 0, t, "bench").status();
+    else if (op == "allgather") st = c->AllGather(msg, t, "bench").status();
+    else if (op == "barrier") st = c->Barrier(t, "bench");
+    else if (op == "alltoall") st = c->AllToAll(std::vector<std::string>(size_t(c->size()), msg), t, "bench").status();
+    else st = Status::InvalidArgument("unknown collective '" + op + "'");
+    Check(st, c->rank(), "comm_bench");
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / std::max(reps, 1);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ckpt, m) {
+  m.doc() = "ckpt C++ library binding (use the ckpt package, not this module)";
+  pyb::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      RaiseCkptError(e);
+    }
+  });
+  pyb::class_<CommHandle, std::shared_ptr<CommHandle>>(m, "Comm")
+      .def_property_readonly("rank", [](const CommHandle& h) { return h.get() ? h.get()->rank() : -1; })
+      .def_property_readonly("size", [](const CommHandle& h) { return h.get() ? h.get()->size() : -1; })
+      .def_readonly("kind", &CommHandle::kind);
+  m.def("local_comm", &LocalCommHandle);
+  m.def("mpi_comm", &MpiCommHandle);
+  m.def("dup_mpi_comm", [](const std::shared_ptr<CommHandle>& h) { return DupMpiCommHandle(*h); });
+  m.def("callback_comm", &CallbackCommHandle);
+  m.def("shutdown_mpi", &ShutdownMpi);
+  m.def("save", &Save);
+  m.def("load", &Load);
+  m.def("inspect", &Inspect);
+  m.def("verify", &Verify);
+  m.def("fingerprint", &FingerprintOf);
+  m.def("memcpy_seconds", &MemcpySeconds);
+  m.def("comm_bench", &CommBench);
+  DefineConvert(m);
+  pyb::class_<PyAsyncSaver>(m, "AsyncSaver")
+      .def(pyb::init<std::shared_ptr<CommHandle>>())
+      .def("start", &PyAsyncSaver::Start)
+      .def("wait", &PyAsyncSaver::Wait)
+      .def("done", &PyAsyncSaver::Done)
+      .def("in_flight", &PyAsyncSaver::InFlight);
+}
+
+}  // namespace ckpt::py

@@ -1,0 +1,188 @@
+// Conversions between the Python binding's plain values and ckpt's types.
+#include "py_state.h"
+
+#include <pybind11/stl.h>
+
+#include "ckpt/format/manifest.h"
+
+namespace ckpt::py {
+namespace {
+
+Shape ShapeOf(const pyb::handle& h) {
+  Shape s;
+  for (auto v : h) s.push_back(v.cast<int64_t>());
+  return s;
+}
+
+ReplicaId ReplicaOf(const pyb::handle& h) {
+  ReplicaId r;
+  for (auto v : h) r.push_back(v.cast<int32_t>());
+  return r;
+}
+
+pyb::tuple ShapeTuple(const Shape& s) { return pyb::cast(s); }
+
+// The rank and phase a Status records as its origin, where Status has them
+// (the typed error protocol of issue 13.4); otherwise left as they are.
+template <typename S>
+void OriginOf(const S& s, int* rank, std::string* phase) {
+  if constexpr (requires { s.origin_rank(); s.phase(); }) {
+    *rank = s.origin_rank();
+    *phase = s.phase();
+  }
+}
+
+// Python's ckpt.CkptError subclass for a code, via ckpt._errors.make_error.
+pyb::object MakeError(const StatusError& e) {
+  int origin = -1;
+  std::string phase;
+  OriginOf(e.status, &origin, &phase);
+  pyb::object make = pyb::module_::import("ckpt._errors").attr("make_error");
+  return make(std::string(CodeName(e.status.code())), e.status.message(), e.rank, e.op, origin, phase);
+}
+
+}  // namespace
+
+void RaiseCkptError(const StatusError& e) {
+  pyb::object err = MakeError(e);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+}
+
+void Check(const Status& s, int rank, const std::string& op) {
+  if (!s.ok()) throw StatusError(s, rank, op);
+}
+
+ShardedStateDict StateOf(const pyb::list& tensors, const pyb::list& objects) {
+  ShardedStateDict sd;
+  for (auto item : tensors) {
+    auto t = item.cast<pyb::tuple>();
+    ShardedTensor m;
+    m.key = t[0].cast<std::string>();
+    m.dtype = Value(ParseDType(t[1].cast<std::string>()), -1, "descriptor");
+    m.global_shape = ShapeOf(t[2]);
+    m.global_offset = ShapeOf(t[3]);
+    m.local_shape = ShapeOf(t[4]);
+    m.replica_id = ReplicaOf(t[5]);
+    if (!t[6].is_none()) {
+      auto fr = t[6].cast<pyb::tuple>();
+      m.flat_range = FlatRange{fr[0].cast<int64_t>(), fr[1].cast<int64_t>()};
+    }
+    m.allow_shape_mismatch = t[7].cast<bool>();
+    auto* ptr = reinterpret_cast<std::byte*>(t[8].cast<uintptr_t>());
+    sd.AddTensor(std::move(m), std::span<std::byte>(ptr, t[9].cast<size_t>()));
+  }
+  for (auto item : objects) {
+    auto o = item.cast<pyb::tuple>();
+    ShardedObject m{o[0].cast<std::string>(), ShapeOf(o[1]), ShapeOf(o[2]), ReplicaOf(o[3])};
+    std::vector<std::byte> bytes;
+    if (!o[4].is_none()) {
+      std::string b = o[4].cast<std::string>();
+      bytes.assign(reinterpret_cast<const std::byte*>(b.data()), reinterpret_cast<const std::byte*>(b.data()) + b.size());
+    }
+    sd.AddObject(std::move(m), std::move(bytes));
+  }
+  return sd;
+}
+
+pyb::dict ToDict(const SaveStats& s) {
+  pyb::dict d;
+  d["iteration"] = s.iteration;
+  d["bytes_written"] = s.bytes_written;
+  d["file_bytes"] = s.file_bytes;
+  d["shards_written"] = s.shards_written;
+  d["bytes_per_rank"] = s.bytes_per_rank;
+  d["phase_seconds"] = s.phase_seconds;
+  d["seconds"] = s.seconds;
+  d["warning"] = s.warning.ok() ? pyb::object(pyb::none()) : pyb::object(pyb::str(s.warning.ToString()));
+  return d;
+}
+
+pyb::dict ToDict(const LoadStats& s) {
+  pyb::dict d;
+  d["iteration"] = s.iteration;
+  d["bytes_read"] = s.bytes_read;
+  d["chunks_read"] = s.chunks_read;
+  d["elements"] = s.elements;
+  d["zero_filled"] = s.zero_filled;
+  d["files_touched"] = s.files_touched;
+  d["seconds"] = s.seconds;
+  d["skipped"] = s.skipped;
+  d["missing_keys"] = s.missing_keys;
+  d["unexpected_keys"] = s.unexpected_keys;
+  return d;
+}
+
+pyb::dict ToDict(const AsyncStartStats& s) {
+  pyb::dict d;
+  d["wait_previous_seconds"] = s.wait_previous_seconds;
+  d["snapshot_seconds"] = s.snapshot_seconds;
+  d["snapshot_bytes"] = s.snapshot_bytes;
+  d["blocking_seconds"] = s.blocking_seconds();
+  return d;
+}
+
+pyb::dict ToDict(const VerifyReport& r) {
+  pyb::dict d;
+  d["ok"] = r.ok();
+  d["iteration"] = r.iteration;
+  d["files_checked"] = r.files_checked;
+  d["chunks_checked"] = r.chunks_checked;
+  d["bytes_checked"] = r.bytes_checked;
+  d["seconds"] = r.seconds;
+  pyb::list issues;
+  for (const auto& i : r.issues) issues.append(i.ToString());
+  d["issues"] = issues;
+  return d;
+}
+
+pyb::dict ToDict(const Fingerprint& f) {
+  pyb::dict d;
+  d["iteration"] = f.iteration;
+  d["digest"] = f.digest;
+  pyb::dict tensors, objects;
+  for (const auto& t : f.tensors) tensors[pyb::str(t.key)] = t.digest;
+  for (const auto& o : f.objects)
+    objects[pyb::str(o.key)] = o.included ? pyb::object(pyb::str(o.digest)) : pyb::object(pyb::none());
+  d["tensors"] = tensors;
+  d["objects"] = objects;
+  d["bytes_hashed"] = f.bytes_hashed;
+  d["seconds"] = f.seconds;
+  return d;
+}
+
+pyb::dict ToDict(const Manifest& m) {
+  pyb::dict d;
+  d["iteration"] = m.iteration;
+  d["format_version"] = m.format_version;
+  d["layout"] = m.layout.dump();
+  d["metadata"] = m.metadata.dump();
+  pyb::dict tensors;
+  for (const auto& s : m.shards) {
+    std::string key = s.meta.key;
+    if (!tensors.contains(key)) {
+      pyb::dict t;
+      t["dtype"] = std::string(DTypeName(s.meta.dtype));
+      t["shape"] = ShapeTuple(s.meta.global_shape);
+      t["shards"] = 0;
+      t["allow_shape_mismatch"] = s.meta.allow_shape_mismatch;
+      tensors[pyb::str(key)] = t;
+    }
+    pyb::dict t = tensors[pyb::str(key)];
+    t["shards"] = t["shards"].cast<int>() + 1;
+  }
+  pyb::dict objects;
+  for (const auto& o : m.objects) {
+    pyb::str key(o.meta.key);
+    if (!objects.contains(key)) objects[key] = pyb::dict(pyb::arg("grid") = ShapeTuple(o.meta.global_shape), pyb::arg("cells") = 0);
+    pyb::dict od = objects[key];
+    od["cells"] = od["cells"].cast<int>() + 1;
+  }
+  d["tensors"] = tensors;
+  d["objects"] = objects;
+  d["files"] = int(m.files.size());
+  d["stored_bytes"] = m.TotalStoredBytes();
+  d["tensor_bytes"] = m.TotalTensorBytes();
+  return d;
+}
+
+}  // namespace ckpt::py

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Keeps the Level 8 text (seeds/level8/M1xx.md) in sync with measurements.
+
+A measured number quoted in a question is written as VALUE<!--ev:NAME--> (or
+VALUE<!--ev:nc.NAME-->, VALUE<!--ev:NAME:.2f-->; VALUE may be `backticked`
+text). NAME is a key of that question's evidence numbers (nc.: of its negative
+control). Each question also holds its evidence row between
+<!-- evidence:begin --> and <!-- evidence:end --> (Chinese and English
+headlines of the measurement and of the negative control), generated here.
+
+  evidence_check.py [--evidence F] [--seeds DIR]          check (CI): exit 1 on a mismatch
+  evidence_check.py --write [--evidence F] [--seeds DIR]  regenerate values and rows from F
+  evidence_check.py --drift OLD NEW                       compare two runs' numbers (timing-class values:
+                                                          presence only, the machines differ)
+
+F defaults to seeds/level8/evidence/full.json: the evidence.json of the last
+full-size run (`ckpt scenario run --all --out DIR`, copied there).
+Tolerance (stated here, used by the check and by --drift): timing-class values
+(names ending in _s, _ms, _seconds, mb_per_s, ratio) may differ by a factor of
+TIMING_FACTOR; every other value (counts, bytes, booleans, strings, fractions)
+must match exactly as formatted, unless listed in VOLATILE (measured values
+that legitimately vary run to run, e.g. how many steps fit into a delay under
+load) - those are only checked for presence. A quoted NAME that the evidence
+does not have is always an error, and so is a stale evidence row. The generated rows are compared only with
+the committed file; a fresh run (`ckpt scenario run --all --check-text`) is
+compared through the tagged values.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from scenario_runner import Unmeasured, fmt_value, headline, nc_text  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+TIMING_FACTOR = 3.0
+TIMING_RE = re.compile(r"(_s|_ms|_seconds|mb_per_s|ratio)$")
+VOLATILE = {
+    # M118: how many steps fit into the delay, and which of the two no-snapshot outcomes occurs
+    # (later values with correct hashes, or a torn checkpoint), depend on scheduling.
+    "M118": {"steps_before_read", "nc.steps_before_read", "overlap_min_wait_ms", "crash_fired", "crash_tmp_dirs",
+             "nc.tensors_differing", "nc.tensors_compared", "nc.max_ulp", "nc.objects_differing", "nc.hash_mismatch",
+             "nc.verify_ok", "nc.resume_refusal"},
+    "M121": {"latency_min_s", "latency_max_s", "nc.seconds_until_killed", "nc.processes_killed"},
+    "M111": {"nc.nobal_save_s", "bal_save_s"},
+    "M117": {"nc.value_read"},
+    # M115: what the surviving rank had written when its peer crashed depends on scheduling.
+    "M115": {"nc.partial_iter20_dirs", "nc.torn_data_dirs", "nc.inplace_torn_elements", "nc.inplace_torn_fraction",
+             "nc.partial_files"},
+}
+TAG_RE = re.compile(r"(`[^`]*`|[-+]?[0-9][0-9,]*(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|true|false|inf|nan)"
+                    r"<!--ev:([A-Za-z0-9_.]+)(?::(\.[0-9][fe]))?-->")
+ROW_RE = re.compile(r"<!-- evidence:begin -->.*?<!-- evidence:end -->", re.S)
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    return {s["id"]: s for s in j["scenarios"]}, j
+
+
+def lookup(ev, name):
+    table = ev.get("numbers", {})
+    if name.startswith("nc."):
+        table, name = ev.get("negative_control", {}).get("numbers", {}), name[3:]
+    if name not in table:
+        raise Unmeasured(f"'{name}' is not a measured value")
+    return table[name]
+
+
+def is_timing(name):
+    return bool(TIMING_RE.search(name.split(".")[-1]))
+
+
+def agree(sid, name, text_val, measured, spec):
+    """(ok, why) for a quoted value against a measured one under the stated tolerance."""
+    want = fmt_value(measured, spec)
+    got = text_val.strip("`")
+    if got == want or name in VOLATILE.get(sid, ()):
+        return True, ""
+    if is_timing(name) and isinstance(measured, (int, float)) and not isinstance(measured, bool):
+        try:
+            g = float(got.replace(",", ""))
+        except ValueError:
+            return False, f"'{got}' is not a number"
+        m = float(measured)
+        if m == g or (m > 0 and g > 0 and max(m / g, g / m) <= TIMING_FACTOR):
+            return True, ""
+        return False, f"text {got} vs measured {want} (timing tolerance: factor {TIMING_FACTOR})"
+    return False, f"text {got} vs measured {want} (exact)"
+
+
+def row(sid, sc, run_meta):
+    ev = sc["evidence"]
+    size = "缩减规模 / reduced" if ev.get("reduced", run_meta.get("reduced")) else "完整规模 / full size"
+    return "\n".join([
+        "<!-- evidence:begin -->",
+        f"本机证据（{size}，{run_meta.get('generated_at', '?')}，{run_meta.get('cores', '?')} 核，{sc['wall_seconds']:.1f} s，"
+        f"由 `scripts/harness/evidence_check.py --write` 从 seeds/level8/evidence/full.json 生成 / generated, do not edit）",
+        "",
+        "| | 中文 | English |",
+        "|---|---|---|",
+        f"| 测量 / measured | {headline(ev)} | {headline(ev, 'headline_en')} |",
+        f"| 负对照 / negative control | {nc_text(ev)} | {nc_text(ev, 'headline_en')} |",
+        "<!-- evidence:end -->"]).replace("|  |", "| |")
+
+
+def check_file(path, sid, scs, meta, write, check_rows=True):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    problems = []
+    sc = scs.get(sid)
+    if sc is None or not isinstance(sc.get("evidence"), dict):
+        return [f"{path}: no evidence for {sid} in the evidence file"], text
+    ev = sc["evidence"]
+
+    def fix(m):
+        val, name, spec = m.group(1), m.group(2), m.group(3) or ""
+        try:
+            measured = lookup(ev, name)
+        except Unmeasured as e:
+            problems.append(f"{path}: {e}")
+            return m.group(0)
+        if write:
+            new = fmt_value(measured, spec)
+            return (f"`{new}`" if val.startswith("`") else new) + f"<!--ev:{name}{':' + spec if spec else ''}-->"
+        ok, why = agree(sid, name, val, measured, spec)
+        if not ok:
+            problems.append(f"{path}: {name}: {why}")
+        return m.group(0)
+
+    new_text = TAG_RE.sub(fix, text)
+    want_row = row(sid, sc, meta)
+    if not ROW_RE.search(new_text):
+        problems.append(f"{path}: no <!-- evidence:begin --> ... <!-- evidence:end --> block")
+    elif write:
+        new_text = ROW_RE.sub(lambda _: want_row, new_text)
+    elif check_rows and ROW_RE.search(new_text).group(0) != want_row:
+        problems.append(f"{path}: evidence row differs from the evidence file (run --write after a new full run)")
+    if not TAG_RE.search(new_text):
+        problems.append(f"{path}: quotes no tagged measured value")
+    return problems, new_text
+
+
+def drift(old_path, new_path):
+    old, _ = load(old_path)
+    new, _ = load(new_path)
+    problems = []
+    for sid, o in old.items():
+        n = new.get(sid)
+        if n is None or not isinstance(n.get("evidence"), dict) or not isinstance(o.get("evidence"), dict):
+            problems.append(f"{sid}: missing in {new_path}")
+            continue
+        for scope, pre in (("numbers", ""), ("negative_control", "nc.")):
+            ot = o["evidence"].get(scope, {}) if scope == "numbers" else o["evidence"][scope].get("numbers", {})
+            nt = n["evidence"].get(scope, {}) if scope == "numbers" else n["evidence"][scope].get("numbers", {})
+            for k, v in ot.items():
+                if k not in nt:
+                    problems.append(f"{sid}: {pre}{k} no longer measured")
+                    continue
+                if is_timing(pre + k):
+                    continue  # machines and load differ between runs: presence only
+                ok, why = agree(sid, pre + k, fmt_value(nt[k]) if not isinstance(nt[k], (dict, list)) else "",
+                                v, "")
+                if not ok:
+                    problems.append(f"{sid}: {pre}{k}: committed {fmt_value(v)} vs this run {fmt_value(nt[k])}")
+    return problems
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--evidence", default=os.path.join(ROOT, "seeds", "level8", "evidence", "full.json"))
+    ap.add_argument("--seeds", default=os.path.join(ROOT, "seeds", "level8"))
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--drift", nargs=2, metavar=("OLD", "NEW"))
+    a = ap.parse_args(argv)
+    if a.drift:
+        problems = drift(*a.drift)
+    else:
+        scs, meta = load(a.evidence)
+        problems = []
+        for name in sorted(os.listdir(a.seeds)):
+            m = re.fullmatch(r"(M[0-9]{3})\.md", name)
+            if not m:
+                continue
+            # rows are generated from the committed file; a fresh run (--check-text) is checked by its tags only
+            p, text = check_file(os.path.join(a.seeds, name), m.group(1), scs, meta, a.write,
+                                 check_rows=os.path.abspath(a.evidence) == os.path.abspath(ap.get_default("evidence")))
+            problems += p
+            if a.write:
+                with open(os.path.join(a.seeds, name), "w", encoding="utf-8") as f:
+                    f.write(text)
+    for p in problems:
+        print("evidence_check:", p, file=sys.stderr)
+    print(f"evidence_check: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""ckpt Python API in one process: descriptors, round trips of torch and numpy
+data (every dtype), objects, flat-range fragments, allow_shape_mismatch,
+strict modes, async save, read helpers, bf16 numpy interop, errors."""
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import ckpt
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
+          torch.int8, torch.uint8, torch.bool]
+
+
+def pattern(shape, dtype, seed=0):
+    n = int(np.prod(shape)) if shape else 1
+    v = torch.arange(n, dtype=torch.float64).reshape(shape) * 0.25 + seed
+    return (v % 2).to(dtype) if dtype == torch.bool else (v % 100).to(dtype)
+
+
+@pytest.fixture
+def root(tmp_path):
+    return str(tmp_path / "ck")
+
+
+def test_every_dtype_round_trips_zero_copy(root):
+    src = {str(d): pattern((5, 7), d) for d in DTYPES}
+    sd = {k: ckpt.ShardedTensor.from_rank_offsets(k, v) for k, v in src.items()}
+    st = ckpt.save(sd, root, 1, compress="zstd")
+    assert st["iteration"] == 1 and st["shards_written"] == len(DTYPES)
+    dst = {k: torch.zeros_like(v) for k, v in src.items()}
+    ptrs = {k: v.data_ptr() for k, v in dst.items()}
+    out = ckpt.load({k: ckpt.ShardedTensor.from_rank_offsets(k, v) for k, v in dst.items()}, root)
+    for k in src:
+        assert torch.equal(dst[k], src[k]), k
+        assert out[k] is dst[k] and dst[k].data_ptr() == ptrs[k]  # filled in place
+
+
+def test_numpy_arrays_and_strided_views(root):
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    ckpt.save({"a": ckpt.ShardedTensor.from_rank_offsets("a", a)}, root, 1)
+    # Load column halves into strided views (staged, then copied back).
+    full = np.zeros((6, 4), dtype=np.float32)
+    view = full.T  # not C-contiguous
+    t = torch.zeros(4, 6)
+    ckpt.load({"a": ckpt.ShardedTensor.from_rank_offsets("a", view)}, root)
+    ckpt.load({"x": ckpt.ShardedTensor.from_rank_offsets("a", t.t().t()[:, :3], (1, 0, 2)),
+               "y": ckpt.ShardedTensor.from_rank_offsets("a", t[:, 3:], (1, 1, 2))}, root)
+    assert np.array_equal(view, a) and np.array_equal(t.numpy(), a)
+
+
+def test_objects_round_trip_any_picklable(root):
+    rng = torch.get_rng_state()
+    objs = {"args": {"lr": 1e-4, "layers": [1, 2]}, "rng": rng, "it": (np.arange(3), "x")}
+    sd = {k: ckpt.ShardedObject(k, v) for k, v in objs.items()}
+    sd["per_rank"] = [ckpt.ShardedObject("cell", f"cell{i}", (3,), (i,)) for i in range(3)]
+    ckpt.save(sd, root, 2)
+    back = ckpt.load({k: ckpt.ShardedObject(k, None) for k in objs} |
+                     {"cells": [ckpt.ShardedObject("cell", None, (3,), (i,)) for i in (2, 0)]}, root)
+    assert back["args"] == objs["args"] and torch.equal(back["rng"], rng)
+    assert np.array_equal(back["it"][0], objs["it"][0]) and back["cells"] == ["cell2", "cell0"]
+
+
+def test_flat_range_fragments_reshard(root):
+    """A [6, 5] tensor saved as 3 flat fragments (a distributed optimizer's
+    buckets), loaded as row halves and as other fragments."""
+    full = torch.arange(30, dtype=torch.float32).reshape(6, 5)
+    flat = full.flatten()
+    cuts = [0, 7, 19, 30]
+    sd = {f"f{i}": ckpt.ShardedTensor.from_flat_range("p", flat[a:b].clone(), (6, 5), (0, 0), a, b)
+          for i, (a, b) in enumerate(zip(cuts, cuts[1:]))}
+    ckpt.save(sd, root, 1)
+    top, bottom = torch.zeros(3, 5), torch.zeros(3, 5)
+    ckpt.load({"t": ckpt.ShardedTensor.from_rank_offsets("p", top, (0, 0, 2)),
+               "b": ckpt.ShardedTensor.from_rank_offsets("p", bottom, (0, 1, 2))}, root)
+    assert torch.equal(torch.cat([top, bottom]), full)
+    # MCore style: the flattened range of the second row-half box.
+    frag = torch.zeros(9)
+    ckpt.load({"f": ckpt.ShardedTensor.from_rank_offsets_flat("p", frag, (3, 5), (0, 1, 2),
+                                                              flattened_range=slice(4, 13))}, root)
+    assert torch.equal(frag, full[3:].flatten()[4:13])
+
+
+def test_allow_shape_mismatch_padded_vocab(root):
+    emb = torch.arange(40, dtype=torch.float32).reshape(10, 4)
+    ckpt.save({"e": ckpt.ShardedTensor.from_rank_offsets("emb", emb, allow_shape_mismatch=True)}, root, 1)
+    bigger = torch.full((12, 4), 7.0)  # padded to 12 rows at load
+    ckpt.load({"e": ckpt.ShardedTensor.from_rank_offsets("emb", bigger, allow_shape_mismatch=True)}, root)
+    assert torch.equal(bigger[:10], emb) and torch.all(bigger[10:] == 0)
+    with pytest.raises(ckpt.CkptError):  # without the flag the shapes must agree
+        ckpt.load({"e": ckpt.ShardedTensor.from_rank_offsets("emb", torch.zeros(12, 4))}, root)
+
+
+def layers(n, fill):
+    return {f"l{i}": ckpt.ShardedTensor.from_rank_offsets(f"layers.{i}.w", torch.full((2, 2), float(i) if fill else -1.0))
+            for i in range(n)}
+
+
+def test_strict_modes(root):
+    ckpt.save(layers(4, True), root, 1)
+    # 4-layer checkpoint as 2 layers: unexpected layers.2/3.
+    assert ckpt.load(layers(2, False), root)["l1"][0, 0] == 1  # default: assume_ok_unexpected
+    with pytest.raises(ckpt.FailedPreconditionError) as e:
+        ckpt.load(layers(2, False), root, strict="raise_unexpected")
+    assert "'layers.2.w'" in e.value.message and e.value.code == "FailedPrecondition"
+    _, unexpected = ckpt.load(layers(2, False), root, strict="return_unexpected")
+    assert unexpected == {"layers.2.w", "layers.3.w"}
+    # ... as 6 layers: missing layers.4/5.
+    with pytest.raises(ckpt.NotFoundError) as e:
+        ckpt.load(layers(6, False), root)
+    assert "layers.4.w" in e.value.message
+    sd = layers(6, False)
+    out, missing, unexpected = ckpt.load(sd, root, strict="return_all")
+    assert missing == {"layers.4.w", "layers.5.w"} and not unexpected
+    assert out["l3"][0, 0] == 3 and out["l5"][0, 0] == -1  # missing: left as it was
+    with pytest.warns(UserWarning, match="layers.3.w"):
+        ckpt.load(layers(3, False), root, strict="log_unexpected")
+    with pytest.raises(ValueError):
+        ckpt.load(layers(4, False), root, strict="bogus")
+
+
+def test_async_save_snapshot_and_overwrite(root):
+    w = torch.full((256, 256), 1.0)
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", w), "o": ckpt.ShardedObject("o", 1)}
+    handles = []
+    for it in (1, 2, 3):
+        w.fill_(float(it))
+        sd["o"].data = it
+        handles.append(ckpt.async_save(sd, root, it))
+        w.fill_(-1.0)  # the training step after the snapshot
+    assert handles[-1].wait(timeout=60)["iteration"] == 3
+    for h in handles:  # earlier saves were joined in order by the next async_save
+        assert h.done()
+    for it in (1, 2, 3):
+        back = torch.zeros(256, 256)
+        o = ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", back), "o": ckpt.ShardedObject("o", None)},
+                      root, iteration=it)["o"]
+        assert torch.all(back == it) and o == it
+    assert handles[0].start_stats["snapshot_bytes"] == 256 * 256 * 4 + len(pickle.dumps(1, protocol=4))
+
+
+def test_async_save_failure_is_raised_and_nothing_published(root):
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.ones(4))}
+    ckpt.save(sd, root, 5)
+    h = ckpt.async_save(sd, root, 5)  # iteration 5 exists: the background save fails
+    with pytest.raises(ckpt.CkptError) as e:
+        h.wait()
+    assert e.value.code in ("AlreadyExists", "Aborted") and "exist" in e.value.message, e.value
+    assert e.value.phase and e.value.rank == 0
+    assert ckpt.inspect(root)["iteration"] == 5 and ckpt.verify(root)["ok"]
+
+
+def test_read_helpers_and_bf16_numpy_interop(root):
+    t = (torch.arange(12, dtype=torch.float32) / 3).to(torch.bfloat16).reshape(3, 4)
+    bits = t.view(torch.int16).numpy().view(np.uint16)
+    # numpy has no bf16: uint16 bit patterns with dtype="bf16".
+    ckpt.save({"a": ckpt.ShardedTensor.from_rank_offsets("a", bits.copy(), dtype="bf16"),
+               "b": ckpt.ShardedTensor.from_rank_offsets("b", t)}, root, 3, metadata={"gpt": None})
+    ra, rb = ckpt.read_tensor(root, "a"), ckpt.read_tensor(root, "b", numpy=True)
+    assert ra.dtype == torch.bfloat16 and torch.equal(ra, t)
+    assert rb.dtype == np.uint16 and np.array_equal(rb, bits)
+    assert np.array_equal(ckpt.bf16_to_float32(rb), t.float().numpy())
+    assert np.array_equal(ckpt.float32_to_bf16(t.float().numpy()), bits)
+    box = ckpt.read_tensor(root, "b", offset=(1, 1), shape=(2, 2))
+    assert torch.equal(box, t[1:3, 1:3])
+    m = ckpt.inspect(root)
+    assert m["tensors"]["a"]["dtype"] == "bf16" and m["metadata"] == {"gpt": None}
+    v = ckpt.verify(root)
+    assert v["ok"] and v["chunks_checked"] >= 2
+    assert len(ckpt.fingerprint(root)["digest"]) == 64
+    with pytest.raises(ckpt.NotFoundError):
+        ckpt.read_tensor(root, "nope")
+
+
+def test_errors_carry_code_rank_phase(tmp_path):
+    with pytest.raises(ckpt.NotFoundError) as e:
+        ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.zeros(2))}, str(tmp_path / "none"))
+    assert e.value.code == "NotFound" and e.value.rank == 0 and e.value.phase
+    assert isinstance(e.value, ckpt.CkptError) and isinstance(e.value, LookupError)
+    root = str(tmp_path / "c")
+    ckpt.save({"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.ones(64))}, root, 1)
+    shard = [f for f in os.listdir(os.path.join(root, "iter_0000001")) if f.endswith(".h5")][0]
+    path = os.path.join(root, "iter_0000001", shard)
+    data = bytearray(open(path, "rb").read())
+    at = bytes(data).find(np.ones(64, dtype=np.float32).tobytes())
+    assert at > 0
+    data[at + 100] ^= 1  # flip a bit in the tensor's stored chunk
+    open(path, "wb").write(bytes(data))
+    assert not ckpt.verify(root)["ok"]
+    with pytest.raises(ckpt.CorruptionError) as e:
+        ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.zeros(64))}, root)
+    assert shard in e.value.message and e.value.code == "Corruption"
+    assert pickle.loads(pickle.dumps(e.value)).code == "Corruption"
+
+
+def test_descriptor_errors():
+    with pytest.raises(ValueError):
+        ckpt.ShardedTensor.from_rank_offsets("x", torch.zeros(4), (0, 2, 2))
+    with pytest.raises(ValueError):
+        ckpt.ShardedTensor.from_flat_range("x", torch.zeros(4), (10,), (0,), 0, 5)
+    with pytest.raises(TypeError):
+        ckpt.ShardedTensor.from_rank_offsets("x", torch.zeros(2, dtype=torch.complex64))
