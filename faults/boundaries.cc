@@ -7,11 +7,14 @@
 namespace ckpt::faults {
 namespace {
 
+// The tmp-dir suffix is "<host>-<pid>-<hex>" (commit.cc): everything up to the
+// next '/' differs between runs, so it all becomes "*".
 std::string StripNonce(std::string p) {
   for (size_t pos = p.find(".tmp-"); pos != std::string::npos; pos = p.find(".tmp-", pos + 1)) {
-    size_t end = pos + 5;
-    while (end < p.size() && std::isxdigit(static_cast<unsigned char>(p[end]))) ++end;
-    if (end > pos + 5) p.replace(pos + 5, end - pos - 5, "*");
+    const size_t begin = pos + 5;
+    size_t end = p.find('/', begin);
+    if (end == std::string::npos) end = p.size();
+    if (end > begin) p.replace(begin, end - begin, "*");
   }
   return p;
 }

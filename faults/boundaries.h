@@ -34,7 +34,7 @@ struct Boundary {
   std::string Name() const;  // "r3 env.fsync#1 rank_00003.h5"
 };
 
-// Strips `root` and the tmp-dir nonce: "<root>/.iter_0000020.tmp-1f2e.../x" -> ".iter_0000020.tmp-*/x".
+// Strips `root` and the tmp-dir suffix: "<root>/.iter_0000020.tmp-host-12-1f2e.../x" -> ".iter_0000020.tmp-*/x".
 std::string NormalizeTracePath(const std::string& path, const std::string& root);
 
 // `traces[r]` is rank r's trace of a save under `root`. `points` (if not
