@@ -108,9 +108,9 @@ bool SharesReads(const LoadOptions& opts) { return opts.share_comm && opts.share
 Result<LoadStats> LoadFromManifest(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration,
                                    const Result<Manifest>& m, const Status& keys) {
   LoadStats stats;
-  Result<ChunkPlan> cp = !m.ok()     ? Result<ChunkPlan>(m.status())
-                         : !keys.ok() ? Result<ChunkPlan>(keys)
-                                      : load_internal::PlanChunks(state, *m, &stats);
+  Result<ChunkPlan> cp = !m.ok() ? Result<ChunkPlan>(m.status()) : load_internal::PlanChunks(state, *m, &stats);
+  // A wrong layout of a present key says more than the missing keys do.
+  if (m.ok() && !keys.ok() && (cp.ok() || cp.status().code() == Code::kNotFound)) cp = keys;
   const std::string dir = JoinPath(opts.root, IterDirName(m.ok() ? m->iteration : iteration));
   if (SharesReads(opts)) {
     // Collective over the group even when this rank could not plan: its error
