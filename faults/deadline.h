@@ -48,9 +48,9 @@ struct DeadlineScenario {
 };
 
 // The latest a survivor may fail after the fault, in seconds: hang/sigkill
-// deadline + 1 s, or DecisionTimeout(deadline) + 1 s (1.25 x deadline + 1 s)
-// when the faulty rank is 0 (survivors waiting for root's decision wait that
-// long); eio deadline / 2
+// deadline + 1 s, or DecisionTimeout(deadline) + 1.25 s (1.25 x deadline +
+// 1.25 s) when the faulty rank is 0 (survivors waiting for root's decision wait
+// that long, then look on disk for a commit root may have made); eio deadline / 2
 // (the error travels in the next gather: nobody waits a deadline for it).
 double BoundSeconds(const DeadlineScenario& sc, int64_t timeout_ms);
 
