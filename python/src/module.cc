@@ -119,34 +119,19 @@ class PyAsyncSaver {
 };
 
 pyb::dict Inspect(const std::string& root, int64_t iteration) {
-  Result<Manifest> m = Status::Internal("not run");
-  {
-    pyb::gil_scoped_release nogil;
-    m = ReadManifest(DefaultEnv(), root, iteration);
-  }
-  return ToDict(Value(std::move(m), 0, "inspect"));
+  return ToDict(RunWithoutGil([&] { return ReadManifest(DefaultEnv(), root, iteration); }, 0, "inspect"));
 }
 
 pyb::dict Verify(const std::string& root, int64_t iteration) {
   VerifyOptions o;
   o.iteration = iteration;
-  Result<VerifyReport> r = Status::Internal("not run");
-  {
-    pyb::gil_scoped_release nogil;
-    r = VerifyCheckpoint(DefaultEnv(), root, o);
-  }
-  return ToDict(Value(std::move(r), 0, "verify"));
+  return ToDict(RunWithoutGil([&] { return VerifyCheckpoint(DefaultEnv(), root, o); }, 0, "verify"));
 }
 
 pyb::dict FingerprintOf(const std::string& root, int64_t iteration) {
   FingerprintOptions o;
   o.iteration = iteration;
-  Result<Fingerprint> r = Status::Internal("not run");
-  {
-    pyb::gil_scoped_release nogil;
-    r = FingerprintCheckpoint(root, o);
-  }
-  return ToDict(Value(std::move(r), 0, "fingerprint"));
+  return ToDict(RunWithoutGil([&] { return FingerprintCheckpoint(root, o); }, 0, "fingerprint"));
 }
 
 // Median seconds of `reps` memcpys of the given tensors into one buffer (the

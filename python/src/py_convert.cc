@@ -4,6 +4,8 @@
 // conversion raises ckpt.CkptError (nothing partial is left visible).
 #include "py_convert.h"
 
+#include <functional>
+
 #include "ckpt/convert/convert.h"
 
 namespace ckpt::py {
@@ -22,14 +24,8 @@ pyb::dict ToDict(const convert::ConvertStats& s) {
   return d;
 }
 
-template <typename Fn>
-pyb::dict Run(Fn fn) {
-  Result<convert::ConvertStats> r = Status::Internal("not run");
-  {
-    pyb::gil_scoped_release nogil;
-    r = fn();
-  }
-  return ToDict(Value(std::move(r), 0, "convert"));
+pyb::dict Run(const std::function<Result<convert::ConvertStats>()>& fn) {
+  return ToDict(RunWithoutGil(fn, 0, "convert"));
 }
 
 pyb::dict HfToCkpt(const std::string& hf_dir, const std::string& root, int64_t iteration,

@@ -47,6 +47,18 @@ T Value(Result<T> r, int rank, const std::string& op) {
   return std::move(r).value();
 }
 
+// Runs `fn` (returning a Result<T>) with the GIL released and returns its
+// value, or throws StatusError for `op` on `rank`.
+template <typename Fn>
+auto RunWithoutGil(Fn fn, int rank, const std::string& op) {
+  decltype(fn()) r = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    r = fn();
+  }
+  return Value(std::move(r), rank, op);
+}
+
 ShardedStateDict StateOf(const pyb::list& tensors, const pyb::list& objects);
 
 pyb::dict ToDict(const SaveStats& s);
