@@ -22,6 +22,7 @@
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_gpt.h"
 #include "ckpt/workload/gpt_local_state.h"
+#include "ckpt/workload/rank_report.h"
 
 namespace {
 
@@ -49,6 +50,55 @@ int Memcpy(int64_t mib) {
 int Fail(const ckpt::Status& s) {
   std::fprintf(stderr, "ckpt_bench: %s\n", s.ToString().c_str());
   return 2;
+}
+
+// The 5 async saves of `sd` (the first allocates the snapshot buffers; later
+// ones reuse them), each after a barrier: blocking, snapshot and total seconds.
+ckpt::Result<nlohmann::json> AsyncRuns(ckpt::AsyncSaver& saver, ckpt::Comm& comm, const ckpt::ShardedStateDict& sd,
+                                       ckpt::SaveOptions o) {
+  using namespace ckpt;
+  nlohmann::json rows = nlohmann::json::array();
+  for (int it = 1; it <= 5; ++it) {
+    o.iteration = it;
+    CKPT_RETURN_IF_ERROR(comm.Barrier(Millis(60000), "bench"));
+    auto t0 = Clock::now();
+    CKPT_ASSIGN_OR_RETURN(AsyncStartStats started, saver.Start(sd, o));
+    const double blocking = Since(t0);
+    CKPT_RETURN_IF_ERROR(saver.Wait().status());
+    rows.push_back({{"iteration", it}, {"blocking_s", blocking}, {"snapshot_s", started.snapshot_seconds},
+                    {"total_s", Since(t0)}});
+  }
+  return rows;
+}
+
+// Rank 0: the worst rank decides; steady state = the median of runs 2..5 (buffers reused).
+void PrintWorstAsync(const std::vector<nlohmann::json>& all, const std::string& layout) {
+  double worst_ratio = 0, worst_block = 0, worst_total = 0, worst_memcpy = 0, worst_memcpy_after = 0;
+  int64_t bytes = 0;
+  for (const auto& j : all) {
+    std::vector<double> block, total;
+    for (size_t r = 1; r < j["runs"].size(); ++r) {
+      block.push_back(j["runs"][r]["blocking_s"]);
+      total.push_back(j["runs"][r]["total_s"]);
+    }
+    double ratio = Median(block) / j["memcpy_s"].get<double>();
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst_block = Median(block);
+      worst_total = Median(total);
+      worst_memcpy = j["memcpy_s"];
+      worst_memcpy_after = j["memcpy_after_s"];
+      bytes = j["bytes"];
+    }
+  }
+  std::printf("%s\n", nlohmann::json{{"op", "async"}, {"layout", layout}, {"rank_bytes", bytes},
+                                     {"memcpy_s", worst_memcpy}, {"memcpy_after_s", worst_memcpy_after},
+                                     {"blocking_s", worst_block},
+                                     {"total_s", worst_total}, {"blocking_over_memcpy", worst_ratio},
+                                     {"blocking_over_total", worst_block / worst_total},
+                                     {"first_run", all[0]["runs"][0]}}
+                          .dump()
+                          .c_str());
 }
 
 int Async(const std::string& model_name, const std::string& layout, const std::string& root) {
@@ -81,57 +131,17 @@ int Async(const std::string& model_name, const std::string& layout, const std::s
   o.root = root;
   o.layout = reshard::LayoutToJson(*pc);
   o.metadata = {{"model", model_name}, {"gpt", reshard::GptConfigToJson(*model)}};
-  nlohmann::json rows = nlohmann::json::array();
-  for (int it = 1; it <= 5; ++it) {  // the 1st start allocates the snapshot buffers; later ones reuse them
-    o.iteration = it;
-    if (!(*comm)->Barrier(Millis(60000), "bench").ok()) return 2;
-    auto t0 = Clock::now();
-    auto started = saver.Start(sd, o);
-    if (!started.ok()) return Fail(started.status());
-    const double blocking = Since(t0);
-    auto done = saver.Wait();
-    if (!done.ok()) return Fail(done.status());
-    rows.push_back({{"iteration", it}, {"blocking_s", blocking}, {"snapshot_s", started->snapshot_seconds},
-                    {"total_s", Since(t0)}});
-  }
+  auto rows = AsyncRuns(saver, **comm, sd, o);
+  if (!rows.ok()) return Fail(rows.status());
   // The same baseline after the saves: a machine whose page cache now holds
   // the written files may copy slower than before them.
   auto memcpy_after = measure_memcpy();
   if (!memcpy_after.ok()) return Fail(memcpy_after.status());
   nlohmann::json mine = {{"bytes", sd.TotalBytes()}, {"memcpy_s", memcpy_s}, {"memcpy_after_s", *memcpy_after},
-                         {"runs", rows}};
-  auto all = (*comm)->AllGather(mine.dump(), Millis(60000), "report");
+                         {"runs", *rows}};
+  auto all = workload::AllGatherJson(**comm, mine, Millis(60000), "report");
   if (!all.ok()) return Fail(all.status());
-  if ((*comm)->rank() == 0) {
-    // Worst rank decides: steady state = the median of runs 2..5 (buffers reused).
-    double worst_ratio = 0, worst_block = 0, worst_total = 0, worst_memcpy = 0, worst_memcpy_after = 0;
-    int64_t bytes = 0;
-    for (const auto& s : *all) {
-      auto j = nlohmann::json::parse(s);
-      std::vector<double> block, total;
-      for (size_t r = 1; r < j["runs"].size(); ++r) {
-        block.push_back(j["runs"][r]["blocking_s"]);
-        total.push_back(j["runs"][r]["total_s"]);
-      }
-      double ratio = Median(block) / j["memcpy_s"].get<double>();
-      if (ratio > worst_ratio) {
-        worst_ratio = ratio;
-        worst_block = Median(block);
-        worst_total = Median(total);
-        worst_memcpy = j["memcpy_s"];
-        worst_memcpy_after = j["memcpy_after_s"];
-        bytes = j["bytes"];
-      }
-    }
-    std::printf("%s\n", nlohmann::json{{"op", "async"}, {"layout", pc->ToString()}, {"rank_bytes", bytes},
-                                       {"memcpy_s", worst_memcpy}, {"memcpy_after_s", worst_memcpy_after},
-                                       {"blocking_s", worst_block},
-                                       {"total_s", worst_total}, {"blocking_over_memcpy", worst_ratio},
-                                       {"blocking_over_total", worst_block / worst_total},
-                                       {"first_run", nlohmann::json::parse((*all)[0])["runs"][0]}}
-                            .dump()
-                            .c_str());
-  }
+  if ((*comm)->rank() == 0) PrintWorstAsync(*all, pc->ToString());
   return 0;
 }
 

@@ -109,7 +109,7 @@ void RegisterFingerprint(CLI::App& app, int* exit_code) {
     auto r = FingerprintCheckpoint(*root, *opts);
     if (!r.ok()) {
       std::fprintf(stderr, "ckpt fingerprint: %s\n", r.status().ToString().c_str());
-      *exit_code = r.status().code() == Code::kCorruption ? kExitCheckFailed : kExitError;
+      *exit_code = ExitCodeOf(r.status());
       return;
     }
     if (*json_out)
@@ -134,7 +134,7 @@ void RegisterDiff(CLI::App& app, int* exit_code) {
     auto r = DiffCheckpoints(*a, *b, *oa, *ob);
     if (!r.ok()) {
       std::fprintf(stderr, "ckpt diff: %s\n", r.status().ToString().c_str());
-      *exit_code = kExitError;
+      *exit_code = ExitCodeOf(r.status());
       return;
     }
     if (*json_out)

@@ -27,7 +27,7 @@ int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
     out->push_back({{"ok", false}, {"iteration", iteration}, {"error", r.status().ToString()}});
     std::fprintf(stderr, "ckpt verify: %s\n", r.status().ToString().c_str());
     // A manifest that fails its own hash is a failed check, not a usage error.
-    return r.status().code() == Code::kCorruption ? kExitCheckFailed : kExitError;
+    return ExitCodeOf(r.status());
   }
   const double mbps = r->seconds > 0 ? double(r->bytes_checked) / 1e6 / r->seconds : 0;
   nlohmann::json j{{"ok", r->ok()}, {"iteration", r->iteration}, {"files", r->files_checked},

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "ckpt/gpu/gpu.h"
+#include "ckpt/workload/rank_report.h"
 #include "faults/fault_spec.h"
+#include "tests/testing/async_controls.h"
 
 namespace ckpt::cli {
 namespace {
@@ -68,13 +70,14 @@ Result<std::unique_ptr<TrainSaver>> TrainSaver::Create(const TrainSaveFlags& f, 
         std::to_string(MPI_THREAD_MULTIPLE) + ")");
   CKPT_ASSIGN_OR_RETURN(s->save_comm_, MpiComm::Create(MPI_COMM_WORLD));
   AsyncSaveOptions ao;
-  ao.snapshot = !f.no_snapshot;
-  ao.delay_before_save = Millis(f.delay_ms);
   if (f.snapshot_memory == "pinned") {
     CKPT_ASSIGN_OR_RETURN(s->memory_, gpu::MakePinnedSnapshotMemory());
     ao.memory = s->memory_.get();
   }
   s->saver_ = std::make_unique<AsyncSaver>(s->save_comm_.get(), ao);
+  // Developer switches (hidden options): the harness's controls, not product API.
+  if (f.no_snapshot) testing::AsyncSaveControls::NoSnapshot(*s->saver_);
+  testing::AsyncSaveControls::DelayBeforeSave(*s->saver_, Millis(f.delay_ms));
   return s;
 }
 
@@ -118,7 +121,7 @@ Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, 
   CKPT_ASSIGN_OR_RETURN(AsyncStartStats st, saver_->Start(sd, std::move(o)));
   std::string log;
   if (st.joined_previous) log = Joined(st.previous, iteration_now);
-  rows_.push_back({{"iteration", iteration}, {"mode", saver_->options().snapshot ? "async" : "async-no-snapshot"},
+  rows_.push_back({{"iteration", iteration}, {"mode", !flags_.no_snapshot ? "async" : "async-no-snapshot"},
                    {"wait_previous_seconds", st.wait_previous_seconds}, {"snapshot_seconds", st.snapshot_seconds},
                    {"blocking_seconds", st.blocking_seconds()}, {"snapshot_bytes", st.snapshot_bytes},
                    {"state_bytes", sd.TotalBytes()}, {"delay_ms", flags_.delay_ms}});
@@ -127,6 +130,12 @@ Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, 
   return log + "train: started async save of iteration " + std::to_string(iteration) + ": blocked " +
          Ms(st.blocking_seconds()) + " (wait for the previous " + Ms(st.wait_previous_seconds) + " + snapshot " +
          Ms(st.snapshot_seconds) + " of " + std::to_string(st.snapshot_bytes) + " bytes)\n";
+}
+
+Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
+  SaveOptions o = base_;
+  o.iteration = w.iteration();
+  return Save(w.SaveDict(parts_), std::move(o), w.iteration());
 }
 
 Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
@@ -141,15 +150,19 @@ Result<json> TrainSaver::Report(const ShardedStateDict& sd, Millis timeout) {
   // Every rank's blocking seconds per save; rank 0 reports the worst rank's too.
   json mine = json::array();
   for (const json& r : rows_) mine.push_back(r.value("blocking_seconds", 0.0));
-  CKPT_ASSIGN_OR_RETURN(auto all, job_->AllGather(mine.dump(), timeout, "train report"));
+  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*job_, mine, timeout, "train report"));
   for (size_t i = 0; i < rows_.size(); ++i) {
     double worst = 0;
-    for (const std::string& s : all) worst = std::max(worst, json::parse(s).at(i).get<double>());
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (!all[r].is_array() || all[r].size() != rows_.size() || !all[r][i].is_number())
+        return Status::Internal("rank " + std::to_string(r) + " sent a malformed train report");
+      worst = std::max(worst, all[r][i].get<double>());
+    }
     out["saves"][i]["blocking_seconds_max_over_ranks"] = worst;
   }
   const MemcpyBaseline b = MeasureMemcpy(sd);
   out["memcpy_baseline"] = {{"bytes", b.bytes}, {"cold_seconds", b.cold}, {"warm_seconds", b.warm}};
-  out["async"] = {{"snapshot", saver_->options().snapshot}, {"delay_ms", flags_.delay_ms},
+  out["async"] = {{"snapshot", !flags_.no_snapshot}, {"delay_ms", flags_.delay_ms},
                   {"snapshot_memory", flags_.snapshot_memory},
                   {"dedicated_comm", true}, {"mpi_thread_multiple", true}};
   return out;

@@ -14,9 +14,9 @@
 //  - a background failure is returned by the next Save() or by Finish().
 // Snapshot memory: host (heap) or pinned (cudaHostAlloc, the GPU path; fails
 // clearly without a GPU or in a build without CUDA).
-// Controls and test hooks (never defaults): AsyncSaveOptions::snapshot =
-// false (--async-no-snapshot, the negative control: the background save reads
-// the live training buffers) and delay_before_save (--async-delay-ms).
+// Developer switches (hidden options; tests/testing AsyncSaveControls, never
+// defaults): --async-no-snapshot (the negative control: the background save
+// reads the live training buffers) and --async-delay-ms (a test hook).
 // Faults: with a fault plan (--faults, faults/fault_spec.h) every save goes
 // through one FaultEnv + step hook for the whole job, so "nth" counts over
 // saves (nth=2 of step.shard_write: the second save).
@@ -42,6 +42,7 @@
 #include "ckpt/protocol/async_save.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/mpi/comm_mpi.h"
+#include "ckpt/workload/train_loop.h"
 #include "faults/fault_env.h"
 
 namespace ckpt::cli {
@@ -55,7 +56,7 @@ struct TrainSaveFlags {
   std::string faults_log;    // event log of fired faults (one JSON line each)
 };
 
-class TrainSaver {
+class TrainSaver final : public workload::TrainCheckpointer {
  public:
   // Collective over `job` (duplicates MPI_COMM_WORLD for an async saver).
   static Result<std::unique_ptr<TrainSaver>> Create(const TrainSaveFlags& f, const MpiSession& session,
@@ -65,12 +66,20 @@ class TrainSaver {
   // `iteration_now` is the training iteration at this call (for steps_during_save).
   // Returns one line for the log.
   Result<std::string> Save(const ShardedStateDict& sd, SaveOptions o, int64_t iteration_now);
+  // The training loop's checkpointer (workload::TrainCheckpointer): saves the
+  // workload's SaveDict(parts) with `base` (root, policy, compression,
+  // metadata) at its current iteration.
+  void SetSaveTemplate(SaveOptions base, workload::ResumeParts parts) {
+    base_ = std::move(base);
+    parts_ = parts;
+  }
+  Result<std::string> Save(workload::TrainWorkload& w) override;
   // Joins the async save in flight (no-op otherwise). Returns a log line ("" if nothing joined).
-  Result<std::string> Finish(int64_t iteration_now);
+  Result<std::string> Finish(int64_t iteration_now) override;
   // The training thread finished a step: with a save in flight, its time is
   // kept, so a join can tell how many steps overwrote the training buffers
   // before the background save began reading (steps_before_read).
-  void OnStep();
+  void OnStep() override;
   // Collective. `sd` is the state (for the memcpy baseline).
   Result<nlohmann::json> Report(const ShardedStateDict& sd, Millis timeout);
 
@@ -81,6 +90,8 @@ class TrainSaver {
   std::string Joined(const SaveStats& st, int64_t iteration_now);
 
   TrainSaveFlags flags_;
+  SaveOptions base_;
+  workload::ResumeParts parts_;
   MpiComm* job_;
   std::unique_ptr<MpiComm> save_comm_;  // async: the saver's own communicator
   std::unique_ptr<SnapshotMemory> memory_;  // async with pinned memory (outlives saver_)

@@ -1,11 +1,14 @@
 // Comm helpers and the thread-backed Comm used by unit tests.
 #include "ckpt/base/comm.h"
 
+#include "ckpt/base/status_wire.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 namespace ckpt {
 
@@ -34,16 +37,23 @@ Result<std::vector<std::string>> UnpackStrings(std::string_view packed) {
   return parts;
 }
 
+int DefaultWorkerThreads(const Comm* comm) {
+  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int local = comm ? std::max(1, comm->local_size()) : 1;
+  return std::max(1, hw / local);
+}
+
 namespace {
 
-// A decision on the wire: 'O' + root's decision, or 'E' + EncodeStatus(root's failure).
-Result<std::string> OpenDecision(std::string_view msg, int me, int root) {
-  if (!msg.empty() && msg.front() == 'O') return std::string(msg.substr(1));
-  Status st = msg.empty() || msg.front() != 'E' ? Status::Internal("malformed decision message")
-                                                : DecodeStatus(msg.substr(1));
-  if (st.ok()) st = Status::Internal("failure message without a failure");
-  return Status(st.code(), "rank " + std::to_string(me) + ": aborted by rank " + std::to_string(root) + ": " +
-                               st.message());
+// A decision on the wire is an outcome (status_wire.h): root's decision, or
+// root's failure, which keeps its code and origin (root, unless it relayed).
+Result<std::string> OpenDecision(std::string_view msg, int me, int root, std::string_view phase) {
+  Result<std::string> got = DecodeOutcome(msg);
+  if (got.ok()) return got;
+  const Status& st = got.status();
+  return Status(st.code(),
+                "rank " + std::to_string(me) + ": aborted by rank " + std::to_string(root) + ": " + st.message(),
+                st.has_origin() ? st.origin_rank() : root, st.has_origin() ? st.phase() : std::string(phase));
 }
 
 }  // namespace
@@ -55,17 +65,17 @@ Result<std::string> Comm::GatherDecide(const std::string& mine, int root, Millis
   if (rank() != root) {
     if (!parts.ok()) return parts.status();  // root did not take our message in time
     CKPT_ASSIGN_OR_RETURN(std::string got, Broadcast(std::string(), root, DecisionTimeout(timeout), decide_phase));
-    return OpenDecision(got, rank(), root);
+    return OpenDecision(got, rank(), root, gather_phase);
   }
   if (!parts.ok()) {  // tell the survivors who was missing, then fail the same way
-    Broadcast("E" + EncodeStatus(parts.status()), root, std::min(timeout, kErrorSendGrace), decide_phase)
+    Broadcast(EncodeFailure(parts.status().At(root, gather_phase)), root, std::min(timeout, kErrorSendGrace), decide_phase)
         .status()
         .IgnoreError();
-    return parts.status();
+    return parts.status().At(root, gather_phase);
   }
-  CKPT_ASSIGN_OR_RETURN(std::string sent, Broadcast("O" + decide(std::move(parts).value()), root, timeout,
+  CKPT_ASSIGN_OR_RETURN(std::string sent, Broadcast(EncodeOutcome(decide(std::move(parts).value())), root, timeout,
                                                     decide_phase));
-  return sent.substr(1);
+  return DecodeOutcome(sent);
 }
 
 Result<std::vector<std::string>> Comm::AllGather(const std::string& mine, Millis timeout,
@@ -111,6 +121,7 @@ class ThreadComm final : public Comm {
       : g_(std::move(g)), rank_(rank), size_(size) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_size() const override { return size_; }  // every thread rank shares this process's node
 
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
                                           std::string_view phase) override {

@@ -28,6 +28,10 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // How many ranks of this communicator run on this rank's node (including
+  // it; threads of one process count as one node): worker-thread defaults
+  // divide the node's cores by it (DefaultWorkerThreads).
+  virtual int local_size() const { return 1; }
 
   // Root receives every rank's message (index = rank); others get an empty vector.
   virtual Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
@@ -86,6 +90,14 @@ class LocalComm final : public Comm {
   }
   Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis, std::string_view phase) override;
 };
+
+// "Pick the worker count for me": DefaultWorkerThreads of the operation's Comm.
+inline constexpr int kAutoThreads = -1;
+
+// The one default number of worker threads of a rank (load reads, save
+// encoding): the node's hardware threads divided by the ranks sharing the
+// node, comm->local_size() (nullptr: one rank); at least 1.
+int DefaultWorkerThreads(const Comm* comm);
 
 // Creates `n` connected ThreadComm endpoints; endpoint i is rank i and must be
 // used by one thread. The group lives as long as any endpoint.

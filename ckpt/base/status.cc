@@ -33,24 +33,16 @@ Status Status::WithContext(std::string_view context) const {
   std::string m(context);
   m += ": ";
   m += message_;
-  return {code_, std::move(m)};
+  return {code_, std::move(m), origin_rank_, phase_};
 }
 
-std::string EncodeStatus(const Status& s) {
-  return std::to_string(static_cast<int>(s.code())) + ":" + s.message();
+Status Status::At(int rank, std::string_view phase) const {
+  if (ok() || has_origin()) return *this;
+  return {code_, message_, rank, std::string(phase)};
 }
 
-Status DecodeStatus(std::string_view wire) {
-  const size_t colon = wire.find(':');
-  int code = -1;
-  if (colon != std::string_view::npos && colon >= 1 && colon <= 2) {
-    code = 0;
-    for (char c : wire.substr(0, colon)) code = (c >= '0' && c <= '9' && code >= 0) ? code * 10 + (c - '0') : -1;
-  }
-  if (code < 0 || code > static_cast<int>(Code::kInternal))
-    return Status::Internal("malformed status on the wire: '" + std::string(wire.substr(0, 80)) + "'");
-  if (code == 0) return Status::Ok();
-  return {static_cast<Code>(code), std::string(wire.substr(colon + 1))};
+Status OkStatusInResult() {
+  return Status::Internal("a Result was built from an OK status (a bug: it holds no value)");
 }
 
 }  // namespace ckpt

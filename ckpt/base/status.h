@@ -5,9 +5,14 @@
 // with the path and operation in the message. Messages name the file, tensor,
 // rank and phase where the caller knows them (callers prepend context with
 // Status::WithContext). Status is a value type; thread-compatible.
+//
+// A failure that crosses ranks carries typed fields besides code and message:
+// the rank that hit it first (origin_rank, -1 when not recorded) and the
+// protocol phase it happened in. Decisions (fallback, exit codes, which
+// rank's failure to report) look at these fields, never at message text.
+// The one wire form is in status_wire.h.
 #pragma once
 
-#include <cassert>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,6 +41,8 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(Code code, std::string message, int origin_rank, std::string phase)
+      : code_(code), message_(std::move(message)), origin_rank_(origin_rank), phase_(std::move(phase)) {}
 
   static Status Ok() { return {}; }
   static Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
@@ -53,12 +60,22 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The rank that hit this failure first (-1: not recorded) and its phase.
+  int origin_rank() const { return origin_rank_; }
+  const std::string& phase() const { return phase_; }
+  bool has_origin() const { return origin_rank_ >= 0; }
 
   // "<CodeName>: <message>", or "OK".
   std::string ToString() const;
 
   // Returns a copy whose message is "<context>: <message>"; OK stays OK.
+  // The origin fields are kept.
   Status WithContext(std::string_view context) const;
+
+  // Returns a copy that records `rank` and `phase` as the origin unless an
+  // origin is already recorded (the first rank to hit a failure stays its
+  // origin however often it is relayed); OK stays OK.
+  Status At(int rank, std::string_view phase) const;
 
   // Explicitly drops a status (for best-effort cleanup paths).
   void IgnoreError() const {}
@@ -66,16 +83,22 @@ class [[nodiscard]] Status {
  private:
   Code code_ = Code::kOk;
   std::string message_;
+  int origin_rank_ = -1;
+  std::string phase_;
 };
 
-// Result<T> holds either a value or a non-OK Status.
+// The Status a Result built from an OK Status holds instead (a caller bug).
+Status OkStatusInResult();
+
+// Result<T> holds either a value or a non-OK Status. Built from an OK Status
+// (a bug: there is no value) it holds kInternal saying so, in every build
+// type, so ok() and status() always agree.
 template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
-    assert(!std::get<Status>(v_).ok() && "Result constructed from OK status");
-  }
+  Result(Status status)  // NOLINT(google-explicit-constructor)
+      : v_(status.ok() ? OkStatusInResult() : std::move(status)) {}
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
@@ -91,12 +114,6 @@ class [[nodiscard]] Result {
  private:
   std::variant<T, Status> v_;
 };
-
-// Wire form of a Status in messages between ranks: "<code number>:<message>"
-// ("0:" for OK). DecodeStatus is its inverse; text that is not such a form
-// decodes to kInternal naming it (never to OK).
-std::string EncodeStatus(const Status& s);
-Status DecodeStatus(std::string_view wire);
 
 #define CKPT_CONCAT_INNER(a, b) a##b
 #define CKPT_CONCAT(a, b) CKPT_CONCAT_INNER(a, b)

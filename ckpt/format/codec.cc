@@ -19,6 +19,7 @@
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
+#include <cassert>
 #include <cstring>
 #include <memory>
 #include <string>

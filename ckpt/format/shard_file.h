@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "ckpt/format/codec.h"
+#include "ckpt/base/comm.h"
 #include "ckpt/base/env.h"
 #include "ckpt/base/sharded_tensor.h"
 #include "ckpt/base/status.h"
@@ -73,15 +74,13 @@ struct DatasetRecord {
   std::vector<ChunkRecord> chunks;
 };
 
-// Cores per local rank: hardware threads / OMPI_COMM_WORLD_LOCAL_SIZE (>= 1),
-// as DefaultLoadThreads() on the load side.
-int DefaultEncodeThreads();
-
 struct ShardWriteOptions {
   CodecOptions codec;
   int64_t chunk_bytes = 4 << 20;  // target raw bytes per chunk
-  // Pad/encode/hash workers per writer; 0: serial on the calling thread.
-  int encode_threads = DefaultEncodeThreads();
+  // Pad/encode/hash workers per writer; 0: serial on the calling thread;
+  // kAutoThreads: DefaultWorkerThreads of the saving job's Comm
+  // (SaveCheckpoint), or of one rank for a writer used alone.
+  int encode_threads = kAutoThreads;
 };
 
 // What a writer's pipeline did (for tests and benchmarks).

@@ -3,6 +3,7 @@
 // shard_file.cc; the writer and reader share them.
 #include <algorithm>
 
+#include "ckpt/format/chunk_layout.h"
 #include "ckpt/format/shard_file.h"
 #include "ckpt/format/shard_file_internal.h"
 
@@ -109,6 +110,12 @@ std::string TensorDatasetName(const ShardedTensor& meta) {
 std::string ObjectDatasetName(const ShardedObject& meta) {
   return std::string(shard_internal::kObjectGroup) + "/" + shard_internal::EscapeKey(meta.key) + "@" +
          std::to_string(meta.cell());
+}
+
+Result<int64_t> ShardChunkElems(const ShardedTensor& t, int64_t chunk_bytes) {
+  if (t.num_elements() == 0) return int64_t{0};
+  CKPT_ASSIGN_OR_RETURN(shard_internal::Layout l, shard_internal::PlanLayout(shard_internal::TensorDims(t), DTypeSize(t.dtype), chunk_bytes, "tensor '" + t.key + "'"));
+  return l.chunk_elems;
 }
 
 }  // namespace ckpt

@@ -63,13 +63,6 @@ Result<PreparedChunk> PrepareChunk(std::span<const std::byte> data, size_t chunk
 
 }  // namespace
 
-int DefaultEncodeThreads() {
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
-  return std::max(1, int(hw) / ranks);
-}
-
 struct ShardFileWriter::Impl {
   std::string path;
   std::unique_ptr<File> file;
@@ -314,7 +307,8 @@ Result<DatasetRecord> ShardFileWriter::WriteTensor(const ShardedTensor& meta,
            PutIntAttr(d, "shuffle", zstd && opts.codec.shuffle, H5T_STD_U8LE) &&
            PutIntAttr(d, "allow_shape_mismatch", meta.allow_shape_mismatch, H5T_STD_U8LE);
   };
-  return impl_->WriteDataset(name, l, meta.dtype, opts.codec, opts.encode_threads, data, put_attrs);
+  const int threads = opts.encode_threads == kAutoThreads ? DefaultWorkerThreads(nullptr) : opts.encode_threads;
+  return impl_->WriteDataset(name, l, meta.dtype, opts.codec, threads, data, put_attrs);
 }
 
 Result<DatasetRecord> ShardFileWriter::WriteObject(const ShardedObject& meta,

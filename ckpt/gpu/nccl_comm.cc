@@ -66,6 +66,7 @@ class NcclComm final : public Comm {
 
   int rank() const override { return control_->rank(); }
   int size() const override { return control_->size(); }
+  int local_size() const override { return control_->local_size(); }
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
                                           std::string_view phase) override {
     return control_->Gather(mine, root, timeout, phase);
@@ -82,6 +83,10 @@ class NcclComm final : public Comm {
   Status Poll(Done done, Clock::time_point deadline, Millis timeout, std::string_view what, std::string_view phase);
 
  private:
+  // The received bytes (device recv_ at recv_off) copied to the host, with
+  // this rank's own message `mine` in its slot.
+  Result<std::vector<std::string>> CopyIn(std::string mine, const std::vector<size_t>& recv_off,
+                                          std::string_view phase);
   std::string Who(std::string_view phase) const {
     return "rank " + std::to_string(rank()) + ": NCCL data plane, phase '" + std::string(phase) + "'";
   }
@@ -171,8 +176,14 @@ Result<std::vector<std::string>> NcclComm::AllToAll(std::vector<std::string> out
                                                                 " bytes sent / " + std::to_string(recv_off[n]) +
                                                                 " bytes received",
                             phase));
+  return CopyIn(std::move(out[me]), recv_off, phase);
+}
+
+Result<std::vector<std::string>> NcclComm::CopyIn(std::string mine, const std::vector<size_t>& recv_off,
+                                                  std::string_view phase) {
+  const int n = size(), me = rank();
   std::vector<std::string> in(n);
-  in[me] = std::move(out[me]);
+  in[me] = std::move(mine);
   for (int d = 0; d < n; ++d) {
     if (d == me) continue;
     in[d].resize(recv_off[d + 1] - recv_off[d]);

@@ -140,6 +140,17 @@ Result<std::unique_ptr<MpiComm>> MpiComm::Split(int color, int key) {
   return std::unique_ptr<MpiComm>(new MpiComm(sub, rank, size, tag_limit_));
 }
 
+int MpiComm::NodeSize(MPI_Comm comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS ||
+      node == MPI_COMM_NULL)
+    return 1;
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return std::max(1, n);
+}
+
 int MpiComm::NextTag() { return int(seq_++ % uint64_t(tag_limit_)); }
 
 Status MpiComm::CheckRoot(int root, std::string_view phase) const {

@@ -79,6 +79,8 @@ class MpiComm final : public Comm {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  // Ranks of this communicator on this node (MPI_COMM_TYPE_SHARED), found at Create/Split.
+  int local_size() const override { return local_size_; }
 
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
                                           std::string_view phase) override;
@@ -104,7 +106,8 @@ class MpiComm final : public Comm {
   };
 
   MpiComm(MPI_Comm comm, int rank, int size, int tag_limit)
-      : comm_(comm), rank_(rank), size_(size), tag_limit_(tag_limit) {}
+      : comm_(comm), rank_(rank), size_(size), local_size_(NodeSize(comm)), tag_limit_(tag_limit) {}
+  static int NodeSize(MPI_Comm comm);  // collective over comm
 
   int NextTag();
   Status CheckRoot(int root, std::string_view phase) const;
@@ -124,6 +127,7 @@ class MpiComm final : public Comm {
   MPI_Comm comm_;
   int rank_;
   int size_;
+  int local_size_;
   int tag_limit_;  // tags used are in [0, tag_limit_)
   uint64_t seq_ = 0;
   std::vector<Pending> pending_;

@@ -50,7 +50,7 @@ AsyncSaver::~AsyncSaver() {
 
 Status AsyncSaver::Snapshot(const ShardedStateDict& state) {
   snapshot_ = ShardedStateDict();
-  if (!opts_.snapshot) {  // negative control: the live buffers themselves
+  if (!copy_snapshot_) {  // negative control (testing::AsyncSaveControls): the live buffers themselves
     for (const TensorEntry& t : state.tensors()) snapshot_.AddTensor(t.meta, t.data);
   } else {
     // Buffers are kept across saves and reallocated only when a size changes.
@@ -89,12 +89,12 @@ Result<AsyncStartStats> AsyncSaver::Start(const ShardedStateDict& state, SaveOpt
   t0 = Clock::now();
   CKPT_RETURN_IF_ERROR(Snapshot(state));
   stats.snapshot_seconds = Since(t0);
-  stats.snapshot_bytes = opts_.snapshot ? snapshot_.TotalBytes() : 0;
+  stats.snapshot_bytes = copy_snapshot_ ? snapshot_.TotalBytes() : 0;
   opts.comm = comm_;
   background_seconds_ = 0;
   pending_ = std::async(std::launch::async, [this, opts = std::move(opts)]() {
     const auto b0 = Clock::now();
-    if (opts_.delay_before_save.count() > 0) std::this_thread::sleep_for(opts_.delay_before_save);
+    if (before_save_) before_save_();  // harness hook (testing::AsyncSaveControls)
     save_began_ = Clock::now();
     Result<SaveStats> r = SaveCheckpoint(snapshot_, opts);
     background_seconds_ = Since(b0);

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <vector>
@@ -28,19 +29,11 @@
 
 namespace ckpt {
 
+namespace testing {
+class AsyncSaveControls;  // tests/testing/async_controls.h: negative control and test hook
+}  // namespace testing
+
 struct AsyncSaveOptions {
-  // true (the default, and the only correct mode): Start copies the state.
-  // false is a NEGATIVE CONTROL ONLY: Start copies nothing and the background
-  // save reads the caller's live tensor buffers (objects are still copied),
-  // so whatever the caller writes into them before the background save has
-  // read them ends up in the checkpoint - a checkpoint of no single
-  // iteration. Never use it for real saves.
-  bool snapshot = true;
-  // TEST HOOK: the background thread sleeps this long before it starts
-  // SaveCheckpoint (before any data is read or written), so a test can make
-  // "training overwrites the buffers first" or "the next save arrives while
-  // this one is in flight" deterministic instead of a matter of luck.
-  Millis delay_before_save{0};
   // Where the snapshot lives and how it is copied (ckpt/protocol/snapshot_memory.h);
   // nullptr = HostSnapshotMemory(). Pinned memory (ckpt/gpu/gpu.h) also takes
   // device-memory tensors. Not owned; must outlive the saver.
@@ -50,7 +43,7 @@ struct AsyncSaveOptions {
 struct AsyncStartStats {
   double wait_previous_seconds = 0;  // blocked on the previous save
   double snapshot_seconds = 0;       // copying the state
-  int64_t snapshot_bytes = 0;        // bytes copied (0 with snapshot = false)
+  int64_t snapshot_bytes = 0;        // bytes copied
   double blocking_seconds() const { return wait_previous_seconds + snapshot_seconds; }
   // Set when this Start joined a previous save (which then succeeded): that
   // save's stats (its background time: last_background_seconds()).
@@ -67,8 +60,7 @@ class AsyncSaver {
 
   // Snapshots `state` and starts saving it with `opts` (opts.comm is replaced
   // by the saver's). The previous save's error, if any, is returned here and
-  // the new save is not started. With snapshot = false the caller's tensor
-  // buffers must stay alive until the save is joined.
+  // the new save is not started.
   Result<AsyncStartStats> Start(const ShardedStateDict& state, SaveOptions opts);
   // Joins the save in flight (if any) and returns its stats.
   Result<SaveStats> Wait();
@@ -79,14 +71,14 @@ class AsyncSaver {
     return !pending_.valid() || pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   }
   // Of the last joined save, measured in its background thread: the seconds
-  // it spent there (the test delay included; 0 before any join), and when it
-  // began SaveCheckpoint, i.e. began reading the snapshot (or, without one,
-  // the live buffers) - after the test delay.
+  // it spent there (0 before any join), and when it began SaveCheckpoint,
+  // i.e. began reading the snapshot.
   double last_background_seconds() const { return last_background_seconds_; }
   std::chrono::steady_clock::time_point last_save_began() const { return last_save_began_; }
   const AsyncSaveOptions& options() const { return opts_; }
 
  private:
+  friend class testing::AsyncSaveControls;  // the harness's switches, not product API
   Status Snapshot(const ShardedStateDict& state);
 
   struct Buffer {
@@ -97,6 +89,11 @@ class AsyncSaver {
   Comm* comm_;
   AsyncSaveOptions opts_;
   SnapshotMemory* memory_;
+  // Harness only (testing::AsyncSaveControls): false = no snapshot (the
+  // negative control: the background save reads the live buffers); a
+  // function the background thread runs before SaveCheckpoint.
+  bool copy_snapshot_ = true;
+  std::function<void()> before_save_;
   std::vector<Buffer> buffers_;  // from memory_, reused across saves
   ShardedStateDict snapshot_;
   std::future<Result<SaveStats>> pending_;

@@ -62,6 +62,9 @@ namespace ckpt {
 using StepHook = std::function<Status(std::string_view step, int rank)>;
 
 enum class NonFinitePolicy { kAllow, kWarn, kRefuse };
+// The origin phase (Status::phase()) of a save refused under kRefuse because a
+// tensor holds NaN/Inf; every rank's failure carries it (typed, not text).
+inline constexpr std::string_view kNonFinitePhase = "nonfinite guard";
 
 struct SaveOptions {
   std::string root;
@@ -113,9 +116,6 @@ enum class StrictMode { kNone, kUnexpected, kMissing, kAll };
 std::string_view StrictModeName(StrictMode mode);  // "none", "unexpected", "missing", "all"
 Result<StrictMode> ParseStrictMode(std::string_view name);
 
-// Cores per local rank: hardware threads / OMPI_COMM_WORLD_LOCAL_SIZE (>= 1).
-int DefaultLoadThreads();
-
 struct LoadOptions {
   std::string root;
   int64_t iteration = -1;  // -1: the tracker's
@@ -127,7 +127,7 @@ struct LoadOptions {
   // iteration, a gap/shape/dtype the manifest describes) try the next older
   // committed iteration; LoadStats::skipped says what was skipped and why.
   bool fallback = false;
-  int threads = DefaultLoadThreads();  // read/verify/decode workers of this rank
+  int threads = kAutoThreads;  // read/verify/decode workers of this rank (auto: DefaultWorkerThreads(comm))
   // Read sharing (load_share.h): ranks of this communicator (e.g. the DP
   // group, or the whole job) that need the same stored chunk read it once;
   // the reader checks its hash and sends the stored bytes to the others.

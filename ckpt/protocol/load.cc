@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 
+#include "ckpt/base/status_wire.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/format/chunk_reader.h"
 #include "ckpt/protocol/load_internal.h"
@@ -155,19 +156,6 @@ Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts
   return r;
 }
 
-// The first rank whose message starts with one of `prefixes` (3 letters),
-// preferring one that hit its error itself over one relaying a read-sharing
-// peer's error; -1 if none.
-int FirstFailure(const std::vector<std::string>& all, std::string_view prefixes) {
-  int failed = -1;
-  auto relayed = [&](int i) { return all[i].find(load_internal::kRelayedErrorMark) != std::string::npos; };
-  for (int i = 0; i < int(all.size()); ++i) {
-    if (all[i].size() < 3 || prefixes.find(all[i].substr(0, 3)) == std::string_view::npos) continue;
-    if (failed < 0 || (relayed(failed) && !relayed(i))) failed = i;
-  }
-  return failed;
-}
-
 // Any failure of one iteration may be that iteration's damage (a gap, shape
 // or dtype a damaged manifest describes is kInvalidArgument from the planner),
 // so fallback tries the older one; only a rank that does not answer (the job
@@ -186,20 +174,77 @@ void NoteNewerSkipped(Env* env, const std::string& root, int64_t loaded, const s
   }
 }
 
-// Every rank's outcome of one attempt: "" when all ranks succeeded, else the
-// first failing rank's status text; *worth_fallback says whether every
-// failure was damage or absence (so an older iteration may still load).
-Result<std::string> AgreeOnAttempt(const Result<LoadStats>& r, const LoadOptions& opts, bool* worth_fallback) {
-  *worth_fallback = r.ok() || WorthFallingBack(r.status());
-  if (!opts.comm || opts.comm->size() == 1) return r.ok() ? std::string() : r.status().ToString();
-  std::string mine = r.ok() ? "OK" : std::string(*worth_fallback ? "ERF" : "ERR") + r.status().ToString();
+// Every rank's outcome of one load attempt over opts.comm (index = rank): OK
+// with the iteration loaded, or the rank's typed failure.
+struct Outcomes {
+  std::vector<Status> status;
+  std::vector<std::string> iteration;
+};
+
+Result<Outcomes> GatherOutcomes(const Result<LoadStats>& r, const LoadOptions& opts) {
+  const int me = opts.comm->rank();
+  const std::string mine =
+      r.ok() ? EncodeOutcome(std::to_string(r->iteration)) : EncodeFailure(r.status().At(me, "load"));
   CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));
-  for (const auto& a : all)
-    if (a.substr(0, 3) == "ERR") *worth_fallback = false;
-  const int failed = FirstFailure(all, "ERR ERF");
-  std::string first;
-  if (failed >= 0) first = "rank " + std::to_string(failed) + ": " + all[failed].substr(3);
-  return first;
+  Outcomes out;
+  for (const auto& msg : all) {
+    Result<std::string> o = DecodeOutcome(msg);
+    out.status.push_back(o.status());
+    out.iteration.push_back(o.ok() ? *o : std::string());
+  }
+  return out;
+}
+
+// The rank whose failure to report: the lowest one that hit its failure
+// itself (its origin, not a read-sharing peer's error it relays), else the
+// lowest failing one; -1 if every rank succeeded.
+int FirstFailure(const std::vector<Status>& all) {
+  int failed = -1;
+  auto own = [&](int i) { return all[i].origin_rank() == i; };
+  for (int i = 0; i < int(all.size()); ++i) {
+    if (all[i].ok()) continue;
+    if (failed < 0 || (!own(failed) && own(i))) failed = i;
+  }
+  return failed;
+}
+
+// `cause` (rank `r`'s failure) as "rank <r>: <CodeName>: <message>", keeping
+// its code and origin.
+Status OnRank(int r, const Status& cause) {
+  return Status(cause.code(), "rank " + std::to_string(r) + ": " + cause.ToString(),
+                cause.has_origin() ? cause.origin_rank() : r, cause.has_origin() ? cause.phase() : "load");
+}
+
+// Every rank's outcome of one attempt: *failure is OK when all ranks
+// succeeded, else the first failing rank's failure (OnRank); *worth_fallback
+// says whether every failure was damage or absence (so an older iteration
+// may still load). Returns the agreement round's own failure (a timeout).
+Status AgreeOnAttempt(const Result<LoadStats>& r, const LoadOptions& opts, Status* failure, bool* worth_fallback) {
+  *worth_fallback = r.ok() || WorthFallingBack(r.status());
+  if (!opts.comm || opts.comm->size() == 1) {
+    *failure = r.ok() ? Status::Ok()
+                      : Status(r.status().code(), r.status().ToString(), r.status().origin_rank(), r.status().phase());
+    return Status::Ok();
+  }
+  CKPT_ASSIGN_OR_RETURN(Outcomes all, GatherOutcomes(r, opts));
+  for (const Status& s : all.status)
+    if (!s.ok() && !WorthFallingBack(s)) *worth_fallback = false;
+  const int failed = FirstFailure(all.status);
+  *failure = failed < 0 ? Status::Ok() : OnRank(failed, all.status[failed]);
+  return Status::Ok();
+}
+
+// Fallback found nothing loadable: kCorruption if some attempt failed on
+// damage (a flipped bit is damaged data however many iterations it took),
+// else kNotFound.
+Status NothingLoadable(const std::string& root, const std::vector<Status>& skipped) {
+  std::string why = "no loadable checkpoint under '" + root + "'";
+  Code code = Code::kNotFound;
+  for (const auto& s : skipped) {
+    why += "; " + s.message();
+    if (s.code() == Code::kCorruption) code = Code::kCorruption;
+  }
+  return Status(code, why);
 }
 
 Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
@@ -216,31 +261,30 @@ Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, En
   // loads and verifies on every rank; the ranks decide each attempt together,
   // so one rank's damaged file moves all of them to the same older iteration.
   CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, opts.root));
-  std::vector<std::string> skipped;
-  if (!tracked.ok()) skipped.push_back("tracker: " + tracked.status().ToString());
+  std::vector<Status> skipped;
+  if (!tracked.ok()) skipped.push_back(Status(tracked.status().code(), "tracker: " + tracked.status().ToString()));
   if (tracked.ok() && !std::binary_search(iters.begin(), iters.end(), *tracked))
-    skipped.push_back(IterDirName(*tracked) + ": " + (opts.iteration >= 0 ? "requested" : "named by the tracker") +
-                      " but not present");
+    skipped.push_back(Status::NotFound(IterDirName(*tracked) + ": " +
+                                       (opts.iteration >= 0 ? "requested" : "named by the tracker") +
+                                       " but not present"));
   for (auto it = iters.rbegin(); it != iters.rend(); ++it) {
     if (tracked.ok() && *it > *tracked) continue;
     auto r = LoadIteration(state, opts, env, *it);
     bool worth = true;
-    CKPT_ASSIGN_OR_RETURN(std::string failure, AgreeOnAttempt(r, opts, &worth));
-    if (failure.empty()) {
-      if (opts.iteration < 0 && tracked.ok()) {  // those at or below it failed in this loop
-        std::vector<std::string> newer;
-        NoteNewerSkipped(env, opts.root, *tracked, iters, &newer);
-        skipped.insert(skipped.begin(), newer.begin(), newer.end());
-      }
-      r->skipped = skipped;
+    Status failure;
+    CKPT_RETURN_IF_ERROR(AgreeOnAttempt(r, opts, &failure, &worth));
+    if (failure.ok()) {
+      if (opts.iteration < 0 && tracked.ok())  // those at or below it failed in this loop
+        NoteNewerSkipped(env, opts.root, *tracked, iters, &r->skipped);
+      for (const auto& s : skipped) r->skipped.push_back(s.message());
       return r;
     }
-    if (!worth) return Status::Aborted("load of " + IterDirName(*it) + " failed on " + failure);
-    skipped.push_back(IterDirName(*it) + ": " + failure);
+    if (!worth)
+      return Status(Code::kAborted, "load of " + IterDirName(*it) + " failed on " + failure.message(),
+                    failure.origin_rank(), failure.phase());
+    skipped.push_back(failure.WithContext(IterDirName(*it)));
   }
-  std::string why = "no loadable checkpoint under '" + opts.root + "'";
-  for (const auto& s : skipped) why += "; " + s;
-  return Status::NotFound(why);
+  return NothingLoadable(opts.root, skipped);
 }
 
 }  // namespace
@@ -323,13 +367,6 @@ std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m) {
   return saved;
 }
 
-int DefaultLoadThreads() {
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
-  return std::max(1, int(hw) / ranks);
-}
-
 Result<int64_t> ReadTracker(Env* env, const std::string& root) {
   const std::string path = JoinPath(root, kTrackerName);
   CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
@@ -379,22 +416,27 @@ Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iterati
   return m;
 }
 
-Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opts) {
+Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& options) {
   const auto start = Clock::now();
+  LoadOptions opts = options;
+  if (opts.threads == kAutoThreads) opts.threads = DefaultWorkerThreads(opts.comm ? opts.comm : opts.share_comm);
   Env* env = opts.env ? opts.env : DefaultEnv();
   Result<LoadStats> r = LoadLocal(state, opts, env);
   if (opts.comm && opts.comm->size() > 1 && !opts.fallback) {  // fallback agrees per attempt
-    // Agree: a rank that failed makes every rank fail, naming it (the rank
-    // that hit the error, not one relaying it for its read-sharing group).
-    std::string mine = r.ok() ? "OK" + std::to_string(r->iteration) : "ERR" + r.status().ToString();
-    CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));
-    const int failed = FirstFailure(all, "ERR");
-    if (failed >= 0 && failed != opts.comm->rank())
-      return Status::Aborted("load failed on rank " + std::to_string(failed) + ": " + all[failed].substr(3));
-    for (int i = 0; failed < 0 && i < int(all.size()); ++i)
-      if (all[i] != all[opts.comm->rank()])
+    // Agree: a rank that failed makes every rank fail with its code, naming it
+    // (the rank that hit the error, not one relaying it for its read-sharing group).
+    CKPT_ASSIGN_OR_RETURN(Outcomes all, GatherOutcomes(r, opts));
+    const int me = opts.comm->rank();
+    const int failed = FirstFailure(all.status);
+    if (failed >= 0 && failed != me) {
+      const Status& cause = all.status[failed];
+      return Status(cause.code(), "load failed on rank " + std::to_string(failed) + ": " + cause.ToString(),
+                    cause.has_origin() ? cause.origin_rank() : failed, cause.phase());
+    }
+    for (int i = 0; failed < 0 && i < int(all.iteration.size()); ++i)
+      if (all.iteration[i] != all.iteration[me])
         return Status::Aborted("ranks loaded different iterations (rank " + std::to_string(i) + ": " +
-                               all[i].substr(2) + ")");
+                               all.iteration[i] + ")");
   }
   if (!r.ok()) return r.status().WithContext("load from '" + opts.root + "'");
   CKPT_RETURN_IF_ERROR(load_internal::AgreeUnexpected(opts, &*r).WithContext("load from '" + opts.root + "'"));

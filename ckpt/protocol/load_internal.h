@@ -22,10 +22,6 @@
 
 namespace ckpt::load_internal {
 
-// Ends the message of an error one rank relays for another of its read-sharing
-// group (load_share.cc), so agreement names the rank that hit it.
-inline constexpr std::string_view kRelayedErrorMark = ", which shares load reads with this rank)";
-
 using ChunkKey = std::pair<int, int64_t>;  // (saved shard, chunk)
 
 struct Target {

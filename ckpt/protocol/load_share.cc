@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "ckpt/base/status_wire.h"
 #include "ckpt/format/chunk_reader.h"
 
 namespace ckpt {
@@ -55,20 +56,17 @@ struct Cursor {
 
 int JobRank(const LoadOptions& opts) { return opts.comm ? opts.comm->rank() : opts.share_comm->rank(); }
 
-std::string EncodeError(const Status& st, int job_rank) {
-  std::string out = "E";
-  out.push_back(char(st.code()));
-  PutI64(&out, job_rank);
-  return out + st.message();
-}
+// 'E' + the typed status, its origin this rank unless it was relayed.
+std::string EncodeError(const Status& st, int job_rank) { return "E" + EncodeStatus(st.At(job_rank, "load")); }
 
-// Another rank's error, with its code (a fallback load must see damage as damage).
+// Another rank's error, with its code and origin (a fallback load must see
+// damage as damage, and agreement names the rank that hit it).
 Status DecodeError(std::string_view msg) {
-  int64_t rank = -1;
-  Cursor c{msg, 2};
-  if (msg.size() < 2 || !c.I64(&rank)) return Status::Internal("read sharing: malformed error message");
-  return Status(Code(uint8_t(msg[1])), std::string(msg.substr(c.pos)) + " (reported by rank " +
-                                           std::to_string(rank) + std::string(load_internal::kRelayedErrorMark));
+  Status st = DecodeStatus(msg.substr(1));
+  if (st.ok()) return Status::Internal("read sharing: an error message without an error");
+  if (!st.has_origin()) return st;
+  return Status(st.code(), st.message() + " (reported by rank " + std::to_string(st.origin_rank()) +
+                               ", which shares load reads with this rank)", st.origin_rank(), st.phase());
 }
 
 struct Hello {

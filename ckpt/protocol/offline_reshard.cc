@@ -8,6 +8,59 @@
 
 namespace ckpt {
 
+namespace {
+
+using CarriedObjects = std::map<std::pair<std::string, int64_t>, const ManifestObject*>;
+
+// Target rank `r`: its state from the factory (rank 0 also takes the
+// single-cell objects nobody requested), loaded from `src` and written into
+// `tmp`; the tensor keys it requested go into *requested.
+Result<Manifest> ReshardRank(const OfflineReshardOptions& opts, const RankStateFactory& factory, Env* env,
+                             const Manifest& src, const std::string& tmp, int r, std::set<std::string>* requested,
+                             CarriedObjects* carry, OfflineReshardStats* stats) {
+  auto state = factory(r);
+  if (!state.ok()) return state.status().WithContext("target rank " + std::to_string(r));
+  for (const auto& t : (*state)->dict().tensors()) requested->insert(t.meta.key);
+  for (const auto& o : (*state)->dict().objects()) carry->erase({o.meta.key, o.meta.cell()});
+  if (r == 0)
+    for (const auto& [cell, o] : *carry)
+      if (NumElements(o->meta.global_shape) == 1) (*state)->dict().AddObject(o->meta);
+  LoadOptions lo;
+  lo.root = opts.src_root;
+  lo.iteration = src.iteration;
+  lo.env = env;
+  auto loaded = LoadCheckpoint((*state)->dict(), lo);
+  if (!loaded.ok()) return loaded.status().WithContext("reshard, target rank " + std::to_string(r));
+  stats->bytes_read += loaded->bytes_read;
+  stats->elements += loaded->elements;
+  std::vector<const TensorEntry*> tensors;
+  for (const auto& t : (*state)->dict().tensors())
+    if (t.meta.is_main_replica()) {
+      tensors.push_back(&t);
+      stats->bytes_written += t.meta.num_bytes();
+    }
+  std::vector<const ObjectEntry*> objects;
+  for (const auto& o : (*state)->dict().objects())
+    if (o.meta.is_main_replica()) objects.push_back(&o);
+  auto part = WriteRankFile(env, tmp, r, tensors, objects, opts.write, nullptr);
+  if (!part.ok()) return part.status().WithContext("reshard, target rank " + std::to_string(r));
+  return part;
+}
+
+// The source state no target rank requested (tensors, and objects of more
+// than one cell), named; "" if none.
+std::string DroppedState(const Manifest& src, const std::set<std::string>& requested, const CarriedObjects& carry) {
+  std::string dropped;
+  for (const auto& s : src.shards)
+    if (!requested.count(s.meta.key) && dropped.find("'" + s.meta.key + "'") == std::string::npos)
+      dropped += (dropped.empty() ? "" : ", ") + ("'" + s.meta.key + "'");
+  for (const auto& [cell, o] : carry)
+    if (NumElements(o->meta.global_shape) != 1) dropped += (dropped.empty() ? "" : ", ") + ("object '" + o->meta.key + "'");
+  return dropped;
+}
+
+}  // namespace
+
 Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, const RankStateFactory& factory) {
   const auto start = std::chrono::steady_clock::now();
   Env* env = opts.env ? opts.env : DefaultEnv();
@@ -26,7 +79,7 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   // request make the reshard fail; single-cell (layout-free) objects the
   // factory does not request are carried over by target rank 0.
   std::set<std::string> requested;
-  std::map<std::pair<std::string, int64_t>, const ManifestObject*> carry;
+  CarriedObjects carry;
   std::set<std::string> dropped_objects;  // named by the caller, recorded in the metadata
   for (const auto& o : src.objects) {
     if (opts.drop_objects.count(o.meta.key)) dropped_objects.insert(o.meta.key);
@@ -34,40 +87,11 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   }
   std::vector<Manifest> parts;
   for (int r = 0; r < opts.world_size; ++r) {
-    auto state = factory(r);
-    if (!state.ok()) return abandon(state.status().WithContext("target rank " + std::to_string(r)));
-    for (const auto& t : (*state)->dict().tensors()) requested.insert(t.meta.key);
-    for (const auto& o : (*state)->dict().objects()) carry.erase({o.meta.key, o.meta.cell()});
-    if (r == 0)
-      for (const auto& [cell, o] : carry)
-        if (NumElements(o->meta.global_shape) == 1) (*state)->dict().AddObject(o->meta);
-    LoadOptions lo;
-    lo.root = opts.src_root;
-    lo.iteration = src.iteration;
-    lo.env = env;
-    auto loaded = LoadCheckpoint((*state)->dict(), lo);
-    if (!loaded.ok()) return abandon(loaded.status().WithContext("reshard, target rank " + std::to_string(r)));
-    stats.bytes_read += loaded->bytes_read;
-    stats.elements += loaded->elements;
-    std::vector<const TensorEntry*> tensors;
-    for (const auto& t : (*state)->dict().tensors())
-      if (t.meta.is_main_replica()) {
-        tensors.push_back(&t);
-        stats.bytes_written += t.meta.num_bytes();
-      }
-    std::vector<const ObjectEntry*> objects;
-    for (const auto& o : (*state)->dict().objects())
-      if (o.meta.is_main_replica()) objects.push_back(&o);
-    auto part = WriteRankFile(env, tmp, r, tensors, objects, opts.write, nullptr);
-    if (!part.ok()) return abandon(part.status().WithContext("reshard, target rank " + std::to_string(r)));
+    auto part = ReshardRank(opts, factory, env, src, tmp, r, &requested, &carry, &stats);
+    if (!part.ok()) return abandon(part.status());
     parts.push_back(std::move(part).value());
   }
-  std::string dropped;
-  for (const auto& s : src.shards)
-    if (!requested.count(s.meta.key) && dropped.find("'" + s.meta.key + "'") == std::string::npos)
-      dropped += (dropped.empty() ? "" : ", ") + ("'" + s.meta.key + "'");
-  for (const auto& [cell, o] : carry)
-    if (NumElements(o->meta.global_shape) != 1) dropped += (dropped.empty() ? "" : ", ") + ("object '" + o->meta.key + "'");
+  const std::string dropped = DroppedState(src, requested, carry);
   if (!dropped.empty())
     return abandon(Status::FailedPrecondition("offline reshard would drop state the target layout does not describe: " +
                                               dropped.substr(0, 400) + "; nothing was written"));

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "ckpt/base/status_wire.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/commit.h"
 #include "ckpt/protocol/save_plan.h"
@@ -14,17 +15,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Messages between ranks carry either "OK<payload>" or "ERR<status text>".
-std::string OkMsg(const std::string& payload) { return "OK" + payload; }
-std::string ErrMsg(const Status& s) { return "ERR" + s.ToString(); }
-bool IsOk(std::string_view m) { return m.substr(0, 2) == "OK"; }
-// This rank aborts because another failed: keep the cause's text, without
-// stacking "Aborted: " prefixes when the cause was itself an abort.
-Status RemoteFailure(std::string_view err_msg) {
-  std::string_view text = err_msg.substr(3);
-  constexpr std::string_view kPrefix = "Aborted: ";
-  if (text.substr(0, kPrefix.size()) == kPrefix) text.remove_prefix(kPrefix.size());
-  return Status::Aborted(std::string(text));
+// Messages between ranks are outcomes (status_wire.h): a payload, or a
+// failure with its typed fields.
+std::string OkMsg(const std::string& payload) { return EncodeOutcome(payload); }
+std::string ErrMsg(const Status& s) { return EncodeFailure(s); }
+// This rank aborts because another failed: Aborted, naming the cause as
+// "<CodeName>: <message>" (an abort's text without stacking "Aborted: "),
+// keeping the cause's origin rank and phase.
+Status RemoteFailure(const Status& cause) {
+  std::string text = cause.code() == Code::kAborted ? cause.message() : cause.ToString();
+  return Status(Code::kAborted, std::move(text), cause.origin_rank(), cause.phase());
+}
+// "rank <r> failed: <CodeName>: <message>" for a failed message of rank r.
+Status RankFailed(int r, const Status& cause) {
+  return Status(Code::kAborted, "rank " + std::to_string(r) + " failed: " + cause.ToString(),
+                cause.has_origin() ? cause.origin_rank() : r, cause.phase());
 }
 
 // A post-commit warning: "<what>: <cause>", with the cause's code.
@@ -46,6 +51,8 @@ class SaveRun {
     return "save iter " + std::to_string(opts_.iteration) + ", rank " + std::to_string(rank_) +
            ", phase '" + std::string(phase) + "'";
   }
+  // `st` as this rank's own failure in `phase`: context and typed origin.
+  Status Mine(const Status& st, std::string_view phase) const { return st.WithContext(Where(phase)).At(rank_, phase); }
   void Timed(const char* phase, Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
     stats_.phase_seconds[phase] += std::chrono::duration<double>(t1 - t0).count();
   }
@@ -95,24 +102,26 @@ Result<std::string> SaveRun::Begin() {
   std::string msg;
   if (rank_ == 0) {
     auto tmp = PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook, &lease_, opts_.allow_older);
-    msg = tmp.ok() ? OkMsg(*tmp) : ErrMsg(tmp.status().WithContext(Where("begin")));
+    msg = tmp.ok() ? OkMsg(*tmp) : ErrMsg(Mine(tmp.status(), "begin"));
   }
   CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "begin"));
-  if (!IsOk(got)) return RemoteFailure(got);
-  return got.substr(2);
+  Result<std::string> dir = DecodeOutcome(got);
+  if (!dir.ok()) return RemoteFailure(dir.status());
+  return dir;
 }
 
 std::string SaveRun::DecidePlan(const std::vector<std::string>& held) {
   auto plan = [&]() -> Result<WritePlan> {
     std::vector<std::vector<HeldShard>> per_rank;
     for (int r = 0; r < int(held.size()); ++r) {
-      if (!IsOk(held[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + held[r].substr(3));
-      CKPT_ASSIGN_OR_RETURN(auto h, DecodeHeldShards(held[r].substr(2)));
+      Result<std::string> msg = DecodeOutcome(held[r]);
+      if (!msg.ok()) return RankFailed(r, msg.status());
+      CKPT_ASSIGN_OR_RETURN(auto h, DecodeHeldShards(*msg));
       per_rank.push_back(std::move(h));
     }
     return PlanWrites(per_rank, opts_.balance_replicas);
   }();
-  return plan.ok() ? OkMsg(EncodeWritePlan(*plan)) : ErrMsg(plan.status().WithContext(Where("plan")));
+  return plan.ok() ? OkMsg(EncodeWritePlan(*plan)) : ErrMsg(Mine(plan.status(), "plan"));
 }
 
 Result<std::vector<int>> SaveRun::PlanMyWrites(const Status& ready) {
@@ -124,8 +133,9 @@ Result<std::vector<int>> SaveRun::PlanMyWrites(const Status& ready) {
                                                 [&](std::vector<std::string> all) { return DecidePlan(all); });
   if (!ready.ok()) return ready;  // my own failure first, whatever the others did
   CKPT_RETURN_IF_ERROR(got.status());
-  if (!IsOk(*got)) return RemoteFailure(*got);
-  CKPT_ASSIGN_OR_RETURN(WritePlan plan, DecodeWritePlan(got->substr(2)));
+  Result<std::string> decided = DecodeOutcome(*got);
+  if (!decided.ok()) return RemoteFailure(decided.status());
+  CKPT_ASSIGN_OR_RETURN(WritePlan plan, DecodeWritePlan(*decided));
   if (plan.writes.size() != size_t(comm_->size())) return Status::Internal("write plan has wrong rank count");
   stats_.bytes_per_rank = plan.bytes_per_rank;
   return plan.writes[rank_];
@@ -143,7 +153,8 @@ Status SaveRun::CheckNonFinite(const TensorEntry& t) {
     std::fprintf(stderr, "ckpt warning: %s\n", what.c_str());
     return Status::Ok();
   }
-  return Status::FailedPrecondition("refusing to commit non-finite state: " + what);
+  return Status(Code::kFailedPrecondition, "refusing to commit non-finite state: " + what, rank_,
+                std::string(kNonFinitePhase));
 }
 
 Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
@@ -159,7 +170,9 @@ Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
     objects.push_back(&o);
     stats_.bytes_written += int64_t(o.bytes.size());
   }
-  CKPT_ASSIGN_OR_RETURN(Manifest part, WriteRankFile(env_, tmp_dir_, rank_, tensors, objects, opts_.write, opts_.hook));
+  ShardWriteOptions write = opts_.write;
+  if (write.encode_threads == kAutoThreads) write.encode_threads = DefaultWorkerThreads(comm_);
+  CKPT_ASSIGN_OR_RETURN(Manifest part, WriteRankFile(env_, tmp_dir_, rank_, tensors, objects, write, opts_.hook));
   if (!part.files.empty()) stats_.file_bytes = int64_t(part.files[0].size);
   stats_.shards_written = int64_t(part.shards.size());
   return part;
@@ -169,8 +182,9 @@ Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
 Result<Manifest> SaveRun::MergeVotes(const std::vector<std::string>& votes) {
   std::vector<Manifest> parts;
   for (int r = 0; r < int(votes.size()); ++r) {
-    if (!IsOk(votes[r])) return Status::Aborted("rank " + std::to_string(r) + " failed: " + votes[r].substr(3));
-    CKPT_ASSIGN_OR_RETURN(Manifest part, ParseManifest(votes[r].substr(2), "vote of rank " + std::to_string(r)));
+    Result<std::string> vote = DecodeOutcome(votes[r]);
+    if (!vote.ok()) return RankFailed(r, vote.status());
+    CKPT_ASSIGN_OR_RETURN(Manifest part, ParseManifest(*vote, "vote of rank " + std::to_string(r)));
     parts.push_back(std::move(part));
   }
   return MergeManifests(parts, opts_.iteration, opts_.layout, opts_.metadata);
@@ -194,7 +208,7 @@ Status SaveRun::Commit(const std::vector<std::string>& votes) {
 
 std::string SaveRun::DecideCommit(const std::vector<std::string>& votes) {
   Status st = Commit(votes);
-  return st.ok() ? OkMsg(EncodeStatus(stats_.warning)) : ErrMsg(st.WithContext(Where("commit")));
+  return st.ok() ? OkMsg(EncodeStatus(stats_.warning)) : ErrMsg(Mine(st, "commit"));
 }
 
 uint64_t SaveRun::RootFileBytes() {
@@ -242,7 +256,7 @@ Result<std::string> SaveRun::VoteAndCommit(const std::string& vote) {
   // Root committed, but a rank did not take the outcome (gone since its vote).
   if (!got.ok() && committed_)
     return OkMsg(EncodeStatus(Warning("the outcome did not reach every rank", got.status())));
-  if (!got.ok() && rank_ != 0 && got.status().code() == Code::kTimeout && IsOk(vote))
+  if (!got.ok() && rank_ != 0 && got.status().code() == Code::kTimeout && DecodeOutcome(vote).ok())
     return AwaitOutcomeOnDisk(got.status(), root_bytes);
   return got;
 }
@@ -250,10 +264,10 @@ Result<std::string> SaveRun::VoteAndCommit(const std::string& vote) {
 Result<SaveStats> SaveRun::Run() {
   const auto start = Clock::now();
   stats_.iteration = opts_.iteration;
-  Status ready = state_.Validate().WithContext(Where("validate"));
+  Status ready = Mine(state_.Validate(), "validate");
   auto t0 = Clock::now();
   CKPT_ASSIGN_OR_RETURN(tmp_dir_, Begin());
-  if (ready.ok()) ready = Step("plan").WithContext(Where("plan"));
+  if (ready.ok()) ready = Mine(Step("plan"), "plan");
   Result<std::vector<int>> mine = PlanMyWrites(ready);
   Timed("plan", t0);
   if (!mine.ok()) {
@@ -266,15 +280,16 @@ Result<SaveStats> SaveRun::Run() {
   Timed("write", t0);
 
   Status vote_step = part.ok() ? Step("vote") : part.status();
-  std::string vote = vote_step.ok() ? OkMsg(SerializeManifest(*part)) : ErrMsg(vote_step.WithContext(Where("write")));
+  std::string vote = vote_step.ok() ? OkMsg(SerializeManifest(*part)) : ErrMsg(Mine(vote_step, "write"));
   Result<std::string> got = VoteAndCommit(vote);
   if (!got.ok()) Abandon();  // root: a rank late or gone in the vote
-  if (!got.ok() || !IsOk(*got)) {
-    if (!vote_step.ok()) return vote_step.WithContext(Where("write"));  // my own failure first
-    return got.ok() ? RemoteFailure(*got) : got.status();
+  Result<std::string> outcome = got.ok() ? DecodeOutcome(*got) : got;
+  if (!outcome.ok()) {
+    if (!vote_step.ok()) return Mine(vote_step, "write");  // my own failure first
+    return got.ok() ? RemoteFailure(outcome.status()) : got.status();
   }
   // Committed. What fails from here on is a warning, never a failed save.
-  stats_.warning = DecodeStatus(got->substr(2));
+  stats_.warning = DecodeStatus(*outcome);
   Status after = Step("commit");
   if (!after.ok() && stats_.warning.ok())
     stats_.warning = Warning("the 'commit' step failed on rank " + std::to_string(rank_), after);

@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "ckpt/workload/rank_report.h"
 #include "ckpt/workload/train_keys.h"
 #include "ckpt/workload/train_workload.h"
 
@@ -78,11 +79,15 @@ Status TrainWorkload::Resume(const std::string& root, int64_t iteration, Comm* c
   nlohmann::json mine = MissingState(*manifest, request);
   std::vector<std::string> missing;
   if (comm && comm->size() > 1) {
-    CKPT_ASSIGN_OR_RETURN(auto all, comm->AllGather(mine.dump(), timeout, "resume-check"));
+    CKPT_ASSIGN_OR_RETURN(auto all, AllGatherJson(*comm, mine, timeout, "resume-check"));
     std::set<std::string> seen;
-    for (const auto& a : all)
-      for (const auto& item : nlohmann::json::parse(a))
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (!all[r].is_array()) return Status::Internal("rank " + std::to_string(r) + " sent a malformed resume check");
+      for (const auto& item : all[r]) {
+        if (!item.is_string()) return Status::Internal("rank " + std::to_string(r) + " sent a malformed resume check");
         if (seen.insert(item.get<std::string>()).second) missing.push_back(item.get<std::string>());
+      }
+    }
   } else {
     missing = mine.get<std::vector<std::string>>();
   }

@@ -171,6 +171,6 @@ def model_config_json(cfg: GPTConfig) -> dict:
 
 def checkpoint_metadata(cfg: GPTConfig, ps: ParallelState) -> dict:
     """Manifest metadata: "gpt" and "layout" let ckpt's C++ tools rebuild the
-    layout rules; "optimizer" as ckpt's cli/gpt_job.cc OptimizerMetadata."""
+    layout rules; "optimizer" as ckpt's ckpt/workload/gpt_job.cc OptimizerMetadata."""
     return {"model": "torch_gpt", "gpt": model_config_json(cfg), "layout": ps.layout_json(),
             "optimizer": {"format": "model", "bucket_elems": 0, "states": list(ADAM_STATES)}}

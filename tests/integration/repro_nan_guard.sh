@@ -11,6 +11,8 @@ source "$(dirname "$0")/repro_common.sh"
 rc=0
 train tp=4 "$scratch/refuse" --steps 10 --save-every 5 --inject-nan 7 >"$scratch/out" 2>"$scratch/err" || rc=$?
 [[ $rc != 0 ]] || { echo "FAILED: the save of non-finite state succeeded"; exit 1; }
+# Every rank exits 1 (check failed): the refusal crosses ranks as a typed phase.
+[[ $rc == 1 ]] || { cat "$scratch/err"; echo "FAILED: refused save exited $rc, want 1"; exit 1; }
 # fc2 [64, 128] is split on axis 1 over TP4: global element 100 (row 0, column 100) is rank 3's local 4.
 grep -q "refusing to commit non-finite state: rank 3: tensor '.*decoder.layers.0.mlp.linear_fc2.weight' holds NaN at local flat index 4" "$scratch/err" ||
   { cat "$scratch/err"; echo "FAILED: refusal does not name rank, tensor and index"; exit 1; }

@@ -4,11 +4,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <latch>
 #include <thread>
 
 #include "ckpt/protocol/async_save.h"
 #include "support/state_util.h"
 #include "support/test_util.h"
+#include "tests/testing/async_controls.h"
 
 namespace ckpt {
 namespace {
@@ -90,19 +92,22 @@ TEST(AsyncSaveTest, ThreadRanksSaveInTheBackground) {
 // The negative control: without a snapshot the background save reads the
 // live buffers, so an overwrite made before it reads them lands in the
 // checkpoint (a test that would pass with the control would prove nothing).
+// A latch (not a sleep) holds the background save until the overwrite is done.
 TEST(AsyncSaveTest, NoSnapshotControlSavesWhatTrainingWroteAfterStart) {
   const std::string root = testing::ScratchDir("async_nosnap");
   LocalComm comm;
-  AsyncSaveOptions ao;
-  ao.snapshot = false;
-  ao.delay_before_save = Millis(300);
-  AsyncSaver saver(&comm, ao);
+  AsyncSaver saver(&comm);
+  testing::AsyncSaveControls::NoSnapshot(saver);
+  std::latch overwritten(1);
+  testing::AsyncSaveControls::BeforeSave(saver, [&overwritten] { overwritten.wait(); });
   OwnedState s;
   s.Add(Desc("w", DType::kFloat32, {128, 16}, {0, 0}, {128, 16}), true);
   auto started = saver.Start(s.dict(), Opts(root, 1));
+  if (!started.ok()) overwritten.count_down();
   ASSERT_TRUE(started.ok()) << started.status().ToString();
   EXPECT_EQ(started->snapshot_bytes, 0);
   std::memset(s.dict().tensors()[0].data.data(), 0, s.dict().tensors()[0].data.size());
+  overwritten.count_down();
   ASSERT_TRUE(saver.Wait().ok());
 
   OwnedState d;
@@ -118,9 +123,8 @@ TEST(AsyncSaveTest, NoSnapshotControlSavesWhatTrainingWroteAfterStart) {
 TEST(AsyncSaveTest, DelayHookHoldsTheBackgroundSaveAndIsReported) {
   const std::string root = testing::ScratchDir("async_delay");
   LocalComm comm;
-  AsyncSaveOptions ao;
-  ao.delay_before_save = Millis(200);
-  AsyncSaver saver(&comm, ao);
+  AsyncSaver saver(&comm);
+  testing::AsyncSaveControls::DelayBeforeSave(saver, Millis(200));
   OwnedState s;
   s.Add(Desc("w", DType::kFloat32, {64, 8}, {0, 0}, {64, 8}), true);
   EXPECT_EQ(saver.last_background_seconds(), 0);

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -91,6 +93,40 @@ TEST(CliTest, VerifyExitCodes) {
   r = Ckpt("verify " + root + "/does-not-exist");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("latest_checkpointed_iteration.txt"), std::string::npos) << r.out;
+}
+
+// Negative controls and test hooks are developer switches: hidden from the
+// user-facing help (they still parse; the repro tests use them).
+TEST(CliTest, DeveloperSwitchesAreHiddenFromHelp) {
+  struct Case {
+    std::string cmd, visible;
+    std::vector<std::string> hidden;
+  };
+  const std::vector<Case> cases = {
+      {"train", "--async-save",
+       {"--inject-nan", "--no-rng-state", "--no-iterator-state", "--kill-after-save", "--async-no-snapshot",
+        "--async-delay-ms"}},
+      {"save", "--optimizer", {"--naive-fc1"}},
+      {"load", "--fallback", {"--naive-fc1"}},
+      {"convert", "--layout", {"--negative-control"}}};
+  for (const auto& [cmd, visible, flags] : cases) {
+    CmdResult r = Ckpt(cmd + " --help");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find(visible), std::string::npos) << cmd << ": " << r.out;
+    for (const auto& flag : flags) EXPECT_EQ(r.out.find(flag), std::string::npos) << cmd << " --help shows " << flag;
+  }
+}
+
+// Bad input exits 2 in every command, and the message names the command.
+TEST(CliTest, BadInputExitsTwoNamingTheCommand) {
+  for (const std::string args : {"verify /nonexistent/ckpt", "inspect /nonexistent/ckpt", "fingerprint /nonexistent/ckpt",
+                                 "diff /nonexistent/a /nonexistent/b", "plan --to tp=2", "plan --simulate tiny --from tp=1 --to tp=x",
+                                 "verify", "no-such-command"}) {
+    CmdResult r = Ckpt(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+  }
+  CmdResult r = Ckpt("plan --to tp=2");
+  EXPECT_NE(r.out.find("ckpt plan"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "ckpt/base/status_wire.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "support/state_util.h"
 #include "support/test_util.h"

@@ -2,6 +2,7 @@
 
 #include "ckpt/base/dtype.h"
 #include "ckpt/base/status.h"
+#include "ckpt/base/status_wire.h"
 
 namespace ckpt {
 namespace {
@@ -23,6 +24,66 @@ TEST(StatusTest, ResultPropagates) {
   Status s = UseHalf(3, &v);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_EQ(s.WithContext("rank 1").ToString(), "InvalidArgument: rank 1: odd");
+}
+
+// Built from an OK Status a Result holds kInternal in every build type (it
+// was an assert, compiled out in release builds: ok() false, status() OK).
+TEST(StatusTest, ResultFromOkStatusIsInternal) {
+  Result<int> r = Status::Ok();
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInternal);
+  int v = 7;
+  auto use = [&]() -> Status {
+    CKPT_ASSIGN_OR_RETURN(v, Result<int>(Status::Ok()));
+    return Status::Ok();
+  };
+  EXPECT_EQ(use().code(), Code::kInternal);
+  EXPECT_EQ(v, 7);
+}
+
+TEST(StatusTest, OriginIsRecordedOnceAndSurvivesContext) {
+  Status s = Status::Corruption("bad chunk").At(3, "load").At(0, "agree").WithContext("load from '/x'");
+  EXPECT_EQ(s.origin_rank(), 3);
+  EXPECT_EQ(s.phase(), "load");
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_TRUE(Status::Ok().At(1, "x").ok());
+  EXPECT_FALSE(Status::Ok().At(1, "x").has_origin());
+}
+
+TEST(StatusWireTest, TypedFieldsRoundTrip) {
+  const Status s(Code::kTimeout, "no answer from rank 2: 'x'\n", 5, "vote");
+  const Status back = DecodeStatus(EncodeStatus(s));
+  EXPECT_EQ(back.code(), Code::kTimeout);
+  EXPECT_EQ(back.message(), s.message());
+  EXPECT_EQ(back.origin_rank(), 5);
+  EXPECT_EQ(back.phase(), "vote");
+  const Status none = DecodeStatus(EncodeStatus(Status::IOError("x")));
+  EXPECT_FALSE(none.has_origin());
+  EXPECT_EQ(none.phase(), "");
+}
+
+TEST(StatusWireTest, CheckedDecodingOfGarbage) {
+  std::string wire = EncodeStatus(Status(Code::kIOError, "m", 1, "phase"));
+  for (size_t n = 0; n < 10; ++n) EXPECT_EQ(DecodeStatus(wire.substr(0, n)).code(), Code::kInternal) << n;
+  std::string bad_code = wire;
+  bad_code[1] = char(200);
+  EXPECT_EQ(DecodeStatus(bad_code).code(), Code::kInternal);
+  EXPECT_EQ(DecodeStatus("0:").code(), Code::kInternal);  // the old text form is not a status
+}
+
+TEST(StatusWireTest, OutcomesCarryPayloadOrTypedFailure) {
+  auto ok = DecodeOutcome(EncodeOutcome("payload:x"));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(*ok, "payload:x");
+  auto err = DecodeOutcome(EncodeFailure(Status(Code::kCorruption, "sha256 mismatch", 2, "load")));
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.status().code(), Code::kCorruption);
+  EXPECT_EQ(err.status().origin_rank(), 2);
+  EXPECT_EQ(DecodeOutcome("").status().code(), Code::kInternal);
+  EXPECT_EQ(DecodeOutcome("OKxyz").ok(), true);  // 'O' + payload "Kxyz": any payload is fine
+  EXPECT_EQ(DecodeOutcome("ERRInternal: x").status().code(), Code::kInternal);
+  EXPECT_EQ(DecodeOutcome("E" + EncodeStatus(Status::Ok())).status().code(), Code::kInternal);
+  EXPECT_EQ(DecodeOutcome(EncodeFailure(Status::Ok())).status().code(), Code::kInternal);
 }
 
 TEST(DTypeTest, NamesRoundTrip) {

@@ -1,0 +1,70 @@
+// EncodeStatus / DecodeStatus / outcomes: see status_wire.h.
+#include "ckpt/base/status_wire.h"
+
+#include <cstdint>
+#include <cstring>
+
+namespace ckpt {
+namespace {
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+template <typename T>
+bool Take(std::string_view* in, T* v) {
+  if (in->size() < sizeof *v) return false;
+  std::memcpy(v, in->data(), sizeof *v);
+  in->remove_prefix(sizeof *v);
+  return true;
+}
+
+Status Malformed(std::string_view what, std::string_view wire) {
+  std::string shown;
+  for (char c : wire.substr(0, 60)) shown += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return Status::Internal("malformed " + std::string(what) + " on the wire: '" + shown + "'");
+}
+
+}  // namespace
+
+std::string EncodeStatus(const Status& s) {
+  std::string out = "S";
+  Put<uint8_t>(&out, uint8_t(s.code()));
+  Put<int32_t>(&out, int32_t(s.origin_rank()));
+  Put<uint32_t>(&out, uint32_t(s.phase().size()));
+  out += s.phase();
+  out += s.message();
+  return out;
+}
+
+Status DecodeStatus(std::string_view wire) {
+  std::string_view in = wire;
+  uint8_t code = 0;
+  int32_t rank = -1;
+  uint32_t phase_len = 0;
+  if (in.empty() || in.front() != 'S') return Malformed("status", wire);
+  in.remove_prefix(1);
+  if (!Take(&in, &code) || !Take(&in, &rank) || !Take(&in, &phase_len) || phase_len > in.size() ||
+      code > uint8_t(Code::kInternal) || rank < -1)
+    return Malformed("status", wire);
+  if (code == 0) return Status::Ok();
+  std::string phase(in.substr(0, phase_len));
+  return Status(Code(code), std::string(in.substr(phase_len)), rank, std::move(phase));
+}
+
+std::string EncodeOutcome(std::string_view payload) { return "O" + std::string(payload); }
+
+std::string EncodeFailure(const Status& failure) {
+  return "E" + EncodeStatus(failure.ok() ? Status::Internal("a failure message without a failure") : failure);
+}
+
+Result<std::string> DecodeOutcome(std::string_view wire) {
+  if (!wire.empty() && wire.front() == 'O') return std::string(wire.substr(1));
+  if (wire.empty() || wire.front() != 'E') return Malformed("outcome", wire);
+  Status st = DecodeStatus(wire.substr(1));
+  if (st.ok()) return Malformed("outcome (a failure holding OK)", wire);
+  return st;
+}
+
+}  // namespace ckpt

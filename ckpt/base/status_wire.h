@@ -1,0 +1,30 @@
+// The one wire form of a Status between ranks, and of "a payload or a failure"
+// (an Outcome) - every protocol message that says "ok or error" uses these.
+//
+// EncodeStatus keeps all typed fields: code, origin rank, phase, message.
+// Decoding is checked: bytes that are not such a form decode to kInternal
+// naming them (never to OK, never an exception), so a peer's garbled or
+// hostile message cannot pass for success or crash the receiver.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "ckpt/base/status.h"
+
+namespace ckpt {
+
+// 'S', code (1 byte), origin rank (int32 LE), phase length (uint32 LE), phase,
+// message. OK encodes as a Status with code kOk.
+std::string EncodeStatus(const Status& s);
+Status DecodeStatus(std::string_view wire);
+
+// An outcome: 'O' + payload, or 'E' + EncodeStatus(failure) (failure not OK).
+std::string EncodeOutcome(std::string_view payload);
+std::string EncodeFailure(const Status& failure);
+// The payload of an 'O' message, or the failure of an 'E' one; anything else
+// (or an 'E' holding OK) is kInternal naming the message as malformed.
+Result<std::string> DecodeOutcome(std::string_view wire);
+
+}  // namespace ckpt

@@ -1,0 +1,96 @@
+// JobLayout, JobCoords, ResolveModel: see job_setup.h.
+#include "ckpt/workload/job_setup.h"
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/protocol/checkpoint.h"
+#include "reshard/gpt_config_json.h"
+
+namespace ckpt::workload {
+
+Result<ParallelConfig> JobLayout(const std::string& layout_spec, const Comm& comm) {
+  CKPT_ASSIGN_OR_RETURN(ParallelConfig layout, ParallelConfig::Parse(layout_spec));
+  if (layout.world_size() != comm.size())
+    return Status::InvalidArgument("layout " + layout.ToString() + " needs " + std::to_string(layout.world_size()) +
+                                   " ranks, but the job has " + std::to_string(comm.size()) + " (mpirun -np " +
+                                   std::to_string(layout.world_size()) + ")");
+  return layout;
+}
+
+Result<RankCoords> JobCoords(const ParallelConfig& layout, const Comm& comm) {
+  if (layout.world_size() != comm.size())
+    return Status::InvalidArgument("layout " + layout.ToString() + " needs " + std::to_string(layout.world_size()) +
+                                   " ranks, but the job has " + std::to_string(comm.size()));
+  return CoordsOf(layout, comm.rank());
+}
+
+namespace {
+
+// "<base>:tied_embeddings=true,first_stage_layers=3": overrides on a config,
+// each value parsed as a JSON scalar (true, 3, "bf16" or bare bf16).
+Result<reshard::GptConfig> WithOverrides(const reshard::GptConfig& base, const std::string& spec) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return base;
+  nlohmann::json j = reshard::GptConfigToJson(base);
+  const std::string rest = spec.substr(colon + 1);
+  size_t pos = 0;
+  while (pos < rest.size()) {
+    const size_t comma = rest.find(',', pos);
+    const std::string kv = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? rest.size() : comma + 1;
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || !j.contains(kv.substr(0, eq)))
+      return Status::InvalidArgument("bad model override '" + kv + "' (known keys: " + j.dump() + ")");
+    const std::string value = kv.substr(eq + 1);
+    nlohmann::json v = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    j[kv.substr(0, eq)] = v.is_discarded() ? nlohmann::json(value) : v;
+  }
+  return reshard::GptConfigFromJson(j);
+}
+
+}  // namespace
+
+Result<Manifest> ReadManifestOrOlder(const std::string& root, int64_t iteration) {
+  Result<Manifest> read = ReadManifest(DefaultEnv(), root, iteration);
+  if (read.ok()) return read;
+  auto iters = ListIterations(DefaultEnv(), root);
+  if (!iters.ok()) return read;
+  for (auto it = iters->rbegin(); it != iters->rend(); ++it)
+    if (iteration < 0 || *it < iteration)
+      if (auto m = ReadManifest(DefaultEnv(), root, *it); m.ok()) return m;
+  return read;
+}
+
+Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::string& root, int64_t iteration,
+                                        std::string* name) {
+  if (!model.empty() && model.front() != '{' && model.front() != ':') {
+    *name = model.substr(0, model.find(':'));
+    CKPT_ASSIGN_OR_RETURN(reshard::GptConfig base, reshard::GptPreset(*name));
+    return WithOverrides(base, model);
+  }
+  if (!model.empty() && model.front() == '{') {
+    *name = "custom";
+    const nlohmann::json j = nlohmann::json::parse(model, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return Status::InvalidArgument("--model is neither a preset nor JSON: '" + model + "'");
+    return reshard::GptConfigFromJson(j);
+  }
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifestOrOlder(root, iteration));
+  if (!m.metadata.contains("gpt"))
+    return Status::InvalidArgument("checkpoint under '" + root + "' records no GPT config; pass --model");
+  // The metadata is untrusted (ParseManifest checked only that it is an object).
+  const nlohmann::json& model_name = m.metadata.contains("model") ? m.metadata["model"] : nlohmann::json("custom");
+  if (!model_name.is_string())
+    return Status::InvalidArgument("checkpoint metadata.model must be a string, not " + model_name.dump().substr(0, 80));
+  *name = model_name.get<std::string>();
+  auto saved = reshard::GptConfigFromJson(m.metadata["gpt"]);
+  if (!saved.ok()) return saved.status().WithContext("checkpoint metadata.gpt");
+  CKPT_ASSIGN_OR_RETURN(double model_bytes, reshard::GptModelBytes(*saved));
+  // Generous (registration details, padding), yet far below a 10^6-layer bomb.
+  if (model_bytes > 4.0 * double(m.TotalTensorBytes()) + double(int64_t(64) << 20))
+    return Status::InvalidArgument("checkpoint metadata.gpt describes " + std::to_string(int64_t(model_bytes / 1e6)) +
+                                   " MB of parameters, but iteration " + std::to_string(m.iteration) + " holds " +
+                                   std::to_string(m.TotalTensorBytes() / 1000000) + " MB of tensors: refusing it");
+  return WithOverrides(*saved, model);  // ":k=v,..." adjusts the saved config
+}
+
+}  // namespace ckpt::workload

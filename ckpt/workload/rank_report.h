@@ -1,0 +1,36 @@
+// Per-rank reports of a job: every rank's JSON figures gathered on every rank,
+// parsed with checked errors (a peer's malformed report is a Status naming
+// the rank, never an exception), and the usual reductions over them.
+// Collective over `comm` (all ranks call with the same phase); not thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/base/comm.h"
+
+namespace ckpt::workload {
+
+// Every rank's `mine` (index = rank), on every rank.
+Result<std::vector<nlohmann::json>> AllGatherJson(Comm& comm, const nlohmann::json& mine, Millis timeout,
+                                                  std::string_view phase);
+
+// Sum / max / min of the integer field `key` over the reports (0 / 0 / 0
+// for none); kInvalidArgument naming the rank when one lacks it.
+Result<int64_t> SumOf(const std::vector<nlohmann::json>& all, const std::string& key);
+Result<int64_t> MaxOf(const std::vector<nlohmann::json>& all, const std::string& key);
+Result<int64_t> MinOf(const std::vector<nlohmann::json>& all, const std::string& key);
+
+// The job-wide figures of a `ckpt load` from every rank's report (keys:
+// bytes, received, rounds, elements, bad, opt_bad, opt_elements, first_bad,
+// files, rss_before, peak, extra, state, largest_shard, peak_reset): sums
+// (bytes, received, elements, bad, opt_bad, opt_elements), maxima
+// (max_rank_bytes, rounds, extra, state, largest_shard), peak_reset of all
+// ranks, the first rank's first_bad that is not empty, and per_rank memory.
+// kInvalidArgument naming the rank when a report lacks a key.
+Result<nlohmann::json> ReduceLoadReports(const std::vector<nlohmann::json>& all);
+
+}  // namespace ckpt::workload

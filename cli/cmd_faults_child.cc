@@ -1,0 +1,137 @@
+// ckpt faults child --phase save|load: one rank of a faulted job (run under
+// mpirun by the campaign and the deadline checks). The work is library code
+// (faults/child.h); this file parses the options and ends the process the
+// way a faulted rank must: without MPI_Finalize, which can block on a dead peer.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/workload/rank_report.h"
+#include "cli/commands.h"
+#include "cli/gpt_job.h"
+#include "faults/child.h"
+#include "faults/fault_env.h"
+#include "faults/oracle.h"
+
+namespace ckpt::cli {
+namespace {
+
+using nlohmann::json;
+using namespace ckpt::faults;
+
+struct ChildFlags : ChildOptions {
+  std::string phase;
+};
+
+// A failed rank: report, then end without MPI_Finalize, which can block on a
+// dead peer. exit_code < 0: by the Status (kCorruption: check failed).
+[[noreturn]] void DieChild(const char* phase, int rank, const Status& st, const std::string& result_path,
+                           json result, int exit_code = -1) {
+  std::fprintf(stderr, "ckpt faults child %s: rank %d: %s\n", phase, rank, st.ToString().c_str());
+  result["ok"] = false;
+  result["error"] = st.ToString();
+  result["t_end_ns"] = MonotonicNs();
+  WriteEvidence(result_path, result.dump() + "\n");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (exit_code < 0) exit_code = ExitCodeOf(st);
+  _exit(exit_code);
+}
+
+int ChildSave(const ChildFlags& f) {
+  std::string name;
+  auto model = ResolveModel(f.model, f.root, -1, &name);
+  auto plan = model.ok() ? PlanOf(f) : Result<FaultPlan>(model.status());
+  if (!plan.ok()) DieChild("save", -1, plan.status(), "", json::object());
+  auto job = StartGptJob(f.layout, *model, name);
+  if (!job.ok()) DieChild("save", -1, job.status(), "", json::object());
+  GptJob& j = **job;
+  Status st = FillForIteration(*j.state, model->vocab_size, f.iteration);
+  if (st.ok()) st = j.comm->Barrier(Millis(f.timeout_ms), "start");
+  if (!st.ok()) DieChild("save", j.rank(), st, "", json::object());
+  if (!f.cases.empty()) {
+    st = SaveCases(j, *model, name, f, *plan);
+    if (!st.ok()) DieChild("save", j.rank(), st, "", json::object());
+    return kExitOk;
+  }
+  st = SaveCase(j, *model, name, f, f.root, f.result_dir, *plan, j.comm.get());
+  if (!st.ok()) DieChild("save", j.rank(), st, "", json::object());
+  Print0(j, "%s\n", json{{"ok", true}, {"iteration", f.iteration}}.dump().c_str());
+  return kExitOk;
+}
+
+int ChildLoad(const ChildFlags& f) {
+  std::string name;
+  auto model = ResolveModel(f.model, f.root, -1, &name);
+  auto plan = model.ok() ? PlanOf(f) : Result<FaultPlan>(model.status());
+  if (!plan.ok()) DieChild("load", -1, plan.status(), "", json::object());
+  auto lr = StartLoadRank(f.layout, *model, name);
+  if (!lr.ok()) DieChild("load", -1, lr.status(), "", json::object());
+  const int rank = lr->rank;
+  const std::string result_path = RankFile(f.result_dir, "rank_", rank, ".json");
+  json result = {{"rank", rank}, {"phase", "load"}};
+  FaultEnv::Options fo;
+  fo.rank = rank;
+  fo.plan = *plan;
+  fo.event_log = f.result_dir.empty() ? "" : JoinPath(f.result_dir, "events.jsonl");
+  FaultEnv fenv(DefaultEnv(), fo);
+  LoadOptions o;
+  o.root = f.root;
+  o.iteration = ResolveLoadIteration(f.root, f.iteration);
+  o.env = &fenv;
+  o.comm = lr->comm;
+  o.timeout = Millis(f.timeout_ms);
+  o.fallback = f.fallback;
+  o.verify_hashes = !f.no_hash_check;
+  ShardedStateDict sd = lr->state->StateDict();
+  if (lr->comm) {
+    Status st = lr->comm->Barrier(o.timeout, "start");
+    if (!st.ok()) DieChild("load", rank, st, result_path, result);
+  }
+  result["t_start_ns"] = MonotonicNs();
+  auto r = LoadCheckpoint(sd, o);
+  if (!r.ok())
+    DieChild("load", rank, r.status(), result_path, result, AgreedLoadExitCode(lr->comm, r.status(), o.timeout));
+  json mine = LoadVerdict(r, *lr->state, model->vocab_size);
+  result.update(mine);
+  result["t_end_ns"] = MonotonicNs();
+  WriteEvidence(result_path, result.dump() + "\n");
+  json merged = mine;
+  if (lr->comm) {
+    auto all = workload::AllGatherJson(*lr->comm, mine, o.timeout, "report");
+    if (!all.ok()) DieChild("load", rank, all.status(), "", result);
+    merged = MergeLoadVerdicts(*all);
+  }
+  if (rank == 0) std::printf("%s\n", merged.dump().c_str());
+  std::fflush(stdout);
+  if (!merged.value("ok", false)) return kExitError;
+  return merged.value("mismatches", int64_t(0)) == 0 ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace
+
+void RegisterFaultChild(CLI::App* faults, int* exit_code) {
+  auto* cmd = faults->add_subcommand("child", "One rank of a faulted save or load job (run under mpirun)");
+  auto f = std::make_shared<ChildFlags>();
+  cmd->add_option("--phase", f->phase, "save or load")->required()->check(CLI::IsMember({"save", "load"}));
+  cmd->add_option("--root", f->root, "checkpoint root")->required();
+  cmd->add_option("--layout", f->layout, "this job's layout");
+  cmd->add_option("--model", f->model, "GPT preset[:k=v,...]");
+  cmd->add_option("--iter", f->iteration, "save: the iteration; load: -1 = the latest (LatestIteration)");
+  cmd->add_option("--spec", f->spec, "fault plan text (faults/fault_spec.h)");
+  cmd->add_option("--spec-file", f->spec_file, "fault plan file");
+  cmd->add_option("--trace-dir", f->trace_dir, "save: write each rank's IO trace here");
+  cmd->add_option("--power-dir", f->power_dir, "save: journal for power-loss simulation (cut marker there)");
+  cmd->add_option("--result-dir", f->result_dir, "per-rank outcome, fired faults, commit acks");
+  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective");
+  cmd->add_option("--chunk-kb", f->chunk_kb, "save: target chunk size in KiB");
+  cmd->add_option("--cases", f->cases, "save: run many fault cases in this job (JSON lines: root, result_dir, spec)");
+  cmd->add_flag("--fallback", f->fallback, "load: fall back to the newest checkpoint that verifies");
+  cmd->add_flag("--no-hash-check", f->no_hash_check, "load: skip chunk hashes (shows the value check alone)");
+  cmd->callback([=]() { *exit_code = f->phase == "save" ? ChildSave(*f) : ChildLoad(*f); });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,196 @@
+// ckpt load: a real multi-rank GPT job (run under mpirun) that loads a
+// checkpoint saved under any layout into its own layout and checks every
+// element, reporting each rank's peak extra RSS during the load. The job and
+// the per-rank figures are library code (ckpt/workload/gpt_job.h,
+// rank_report.h); this file parses the options, calls LoadCheckpoint and prints.
+#include <chrono>
+#include <cstdio>
+
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/workload/rank_report.h"
+#include "cli/commands.h"
+#include "cli/job_flags.h"
+
+namespace ckpt::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// A started load job: the rank, what it asked for, and its options.
+struct LoadJob {
+  std::unique_ptr<GptJob> job;
+  OptimizerSpec spec;
+  Result<Manifest> saved = Status::NotFound("not read");
+  std::unique_ptr<Comm> share;
+  LoadOptions o;
+};
+
+// The rank's load options and read-sharing group; the bucket-layout precheck
+// (a failure is reported by rank 0 only, *rc its exit code).
+Status Prepare(const JobFlags& f, LoadJob& l, int64_t iteration, int* rc) {
+  GptJob& j = *l.job;
+  CKPT_RETURN_IF_ERROR(ApplyNaiveFc1(f, j));
+  if (l.spec.format == reshard::OptimizerFormat::kBucketSpace) {
+    Status pre = PrecheckBucketLayout(j, f.root, iteration);
+    if (!pre.ok()) *rc = j.rank() == 0 ? Fail("load", 0, pre) : kExitError;
+    CKPT_RETURN_IF_ERROR(pre);
+  }
+  l.o.root = f.root;
+  l.o.iteration = f.iteration;  // -1: the loader resolves "latest" and notes newer iterations it skips
+  l.o.comm = j.comm.get();
+  l.o.timeout = Millis(f.timeout_ms);
+  l.o.fallback = f.fallback;
+  CKPT_ASSIGN_OR_RETURN(l.o.strict, ParseStrictMode(f.strict));
+  CKPT_ASSIGN_OR_RETURN(l.share, ShareComm(j, f.share_reads, f.share_transport, l.o.timeout));
+  l.o.share_comm = l.share.get();
+  l.o.share_round_bytes = f.share_round_mb << 20;
+  return Status::Ok();
+}
+
+// Model and optimizer resolution, job start-up, Prepare. A failure's exit
+// code is returned in *rc (the failure printed naming the rank).
+Result<LoadJob> Start(const JobFlags& f, int* rc) {
+  LoadJob l;
+  std::string name;
+  const int64_t iteration = ResolveLoadIteration(f.root, f.iteration);
+  auto model = ResolveModel(f.model, f.root, iteration, &name);
+  l.saved = workload::ReadManifestOrOlder(f.root, iteration);
+  auto spec = model.ok() ? LoadOptimizerSpec(f.optimizer, f.bucket_elems,
+                                             l.saved.ok() ? l.saved->metadata : json::object())
+                         : Result<OptimizerSpec>(model.status());
+  auto job = spec.ok() ? StartGptJob(f.layout, *model, name, *spec) : Result<std::unique_ptr<GptJob>>(spec.status());
+  if (!job.ok()) {
+    *rc = Fail("load", -1, job.status());
+    return job.status();
+  }
+  l.spec = *spec;
+  l.job = std::move(job).value();
+  l.job->timeout = Millis(f.timeout_ms);
+  Status st = Prepare(f, l, iteration, rc);
+  if (!st.ok() && *rc < 0) *rc = Fail("load", l.job->rank(), st);
+  if (!st.ok()) return st;
+  return l;
+}
+
+void PrintText(const GptJob& j, const json& out, const JobFlags& f) {
+  const json& m = out["memory"];
+  Print0(j, "load  iter %lld  %s <- %s: %.1f MB in %.3f s = %.0f MB/s; optimizer %s; elements checked %lld (optimizer %lld), mismatches %lld%s%s\n",
+         out["iteration"].get<long long>(), j.layout.ToString().c_str(), out["saved_layout"].get<std::string>().c_str(),
+         out["bytes"].get<double>() / 1e6, out["seconds"].get<double>(), out["mb_per_s"].get<double>(),
+         out["optimizer"].get<std::string>().c_str(), out["elements_checked"].get<long long>(),
+         out["optimizer_elements_checked"].get<long long>(), out["mismatches"].get<long long>(),
+         out["first_mismatch"].get<std::string>().empty() ? "" : " first at ",
+         out["first_mismatch"].get<std::string>().c_str());
+  if (out["bytes_received"].get<int64_t>() > 0)
+    Print0(j, "load  shared reads (%s): %.1f MB read from disk, %.1f MB received from the rank that read it (%lld rounds); max per rank %.1f MB\n",
+           f.share_reads.c_str(), out["bytes"].get<double>() / 1e6, out["bytes_received"].get<double>() / 1e6,
+           out["share_rounds"].get<long long>(), out["max_rank_bytes"].get<double>() / 1e6);
+  Print0(j, "load  memory: peak extra RSS %.1f MB (max over ranks%s); local state max %.1f MB; largest local shard %.1f MB; largest chunk %.1f MB\n",
+         m["peak_extra_rss_max"].get<double>() / 1e6, m["peak_reset"].get<bool>() ? "" : ", peak not resettable: upper bound",
+         m["local_state_bytes_max"].get<double>() / 1e6, m["largest_local_shard_bytes_max"].get<double>() / 1e6,
+         m["largest_chunk_bytes"].get<double>() / 1e6);
+}
+
+// Checks the values (unless --no-check), gathers every rank's figures and prints.
+int Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::LoadMemory& mem, double secs) {
+  GptJob& j = *l.job;
+  for (const std::string& why : r.skipped)
+    if (j.rank() == 0) std::fprintf(stderr, "ckpt load: warning: skipped %s\n", why.c_str());
+  for (const auto* keys : {&r.missing_keys, &r.unexpected_keys})
+    for (const auto& k : *keys)
+      Print0(j, "load  %s key (strict %s): %s\n", keys == &r.missing_keys ? "missing" : "unexpected",
+             f.strict.c_str(), k.c_str());
+  int64_t mismatches = 0, opt_bad = 0;
+  std::string first_bad;
+  if (!f.no_check) {
+    auto bad = j.CountMismatches(&first_bad, &opt_bad);
+    if (!bad.ok()) return Fail("load", j.rank(), bad.status());
+    mismatches = *bad;
+  }
+  auto all = j.AllGatherJson({{"bytes", r.bytes_read}, {"received", r.bytes_received}, {"rounds", r.share_rounds},
+                              {"elements", r.elements + r.zero_filled}, {"bad", mismatches}, {"opt_bad", opt_bad},
+                              {"opt_elements", j.optimizer ? j.optimizer->StateElements() : 0},
+                              {"first_bad", first_bad}, {"files", r.files_touched}, {"rss_before", mem.rss_before},
+                              {"peak", mem.peak}, {"extra", mem.extra()}, {"state", mem.state},
+                              {"largest_shard", mem.largest_shard}, {"peak_reset", mem.peak_reset}});
+  auto sum = all.ok() ? workload::ReduceLoadReports(*all) : Result<json>(all.status());
+  if (!sum.ok()) return Fail("load", j.rank(), sum.status());
+  const json& s = *sum;
+  // The iteration loaded may not be the one asked for (--fallback, an empty tracker).
+  if (!l.saved.ok() || l.saved->iteration != r.iteration) l.saved = ReadManifest(DefaultEnv(), f.root, r.iteration);
+  const int64_t bytes = s["bytes"];
+  const json out = {
+      {"op", "load"}, {"iteration", r.iteration}, {"layout", j.layout.ToString()},
+      {"saved_layout", l.saved.ok() ? l.saved->layout.dump() : "?"}, {"ranks", j.comm->size()}, {"bytes", bytes},
+      {"seconds", secs}, {"mb_per_s", bytes / 1e6 / secs}, {"elements_checked", f.no_check ? 0 : s["elements"].get<int64_t>()},
+      {"share_reads", f.share_reads}, {"share_transport", f.share_transport}, {"bytes_received", s["received"]},
+      {"max_rank_bytes", s["max_rank_bytes"]}, {"share_rounds", s["rounds"]},
+      {"delivered_mb_per_s", (bytes + s["received"].get<int64_t>()) / 1e6 / secs}, {"mismatches", s["bad"]},
+      {"first_mismatch", s["first_bad"]},
+      {"optimizer", l.spec.format ? std::string(reshard::OptimizerFormatName(*l.spec.format)) : "none"},
+      {"optimizer_elements_checked", f.no_check ? 0 : s["opt_elements"].get<int64_t>()},
+      {"optimizer_mismatches", s["opt_bad"]},
+      {"memory", {{"peak_extra_rss_max", s["extra"]}, {"local_state_bytes_max", s["state"]},
+                  {"largest_local_shard_bytes_max", s["largest_shard"]},
+                  {"largest_chunk_bytes", l.saved.ok() ? workload::LargestChunk(*l.saved) : -1},
+                  {"peak_reset", s["peak_reset"]}, {"per_rank", s["per_rank"]}}}};
+  if (f.json)
+    Print0(j, "%s\n", out.dump().c_str());
+  else
+    PrintText(j, out, f);
+  return s["bad"].get<int64_t>() == 0 ? kExitOk : kExitCheckFailed;
+}
+
+int RunLoad(const JobFlags& f) {
+  int rc = -1;
+  auto started = Start(f, &rc);
+  if (!started.ok()) return rc;
+  LoadJob& l = *started;
+  GptJob& j = *l.job;
+  auto sd = j.StateDict();
+  if (!sd.ok()) return Fail("load", j.rank(), sd.status());
+  if (!j.comm->Barrier(l.o.timeout, "start").ok()) return kExitError;
+  workload::MemoryProbe probe;
+  workload::LoadMemory mem{.state = j.StateBytes(), .largest_shard = workload::LargestShard(*sd)};
+  mem.peak_reset = probe.ResetPeak();
+  mem.rss_before = probe.Rss();
+  const auto t0 = Clock::now();
+  auto r = LoadCheckpoint(*sd, l.o);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  mem.peak = probe.Peak();
+  if (!r.ok()) {  // every rank prints its error and exits with the agreed code
+    Fail("load", j.rank(), r.status());
+    return AgreedLoadExitCode(j.comm.get(), r.status(), l.o.timeout);
+  }
+  return Report(f, l, *r, mem, secs);
+}
+
+}  // namespace
+
+void RegisterLoad(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("load", "Load a checkpoint into this job's layout and check every element");
+  auto f = std::make_shared<JobFlags>();
+  AddCommon(cmd, f.get());
+  cmd->add_option("--iter", f->iteration,
+                  "iteration (default: the latest, the newest committed one at or above the tracker's)");
+  cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
+  cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
+  cmd->add_flag("--no-check", f->no_check, "skip the element check");
+  cmd->add_option("--strict", f->strict,
+                  "fail on key mismatches: all (default: checkpoint keys the job does not request, or "
+                  "requested keys it lacks), unexpected, missing (missing ones are skipped otherwise) or none; "
+                  "mismatches are printed either way");
+  cmd->add_option("--share-reads", f->share_reads,
+                  "ranks needing the same chunk read it once and send it: dp (default: ranks with the same "
+                  "TP/PP coordinates), job (all ranks) or none");
+  cmd->add_option("--share-round-mb", f->share_round_mb, "read sharing: MB a rank sends per exchange round");
+  cmd->add_option("--share-transport", f->share_transport,
+                  "read sharing: mpi (default) or nccl (the GPU path: chunk bytes over NCCL, one GPU per rank)");
+  f->optimizer = "auto";
+  cmd->add_option("--optimizer", f->optimizer,
+                  "optimizer state to load: auto (as saved), none, model or bucket");
+  cmd->callback([=]() { *exit_code = RunLoad(*f); });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,128 @@
+// ckpt save: a real multi-rank GPT job (run under mpirun) that saves its
+// Megatron-Core sharded state (optionally with distributed-optimizer state).
+// The job is library code (ckpt/workload/gpt_job.h); this file parses the
+// options, calls SaveCheckpoint and prints.
+#include <chrono>
+#include <cstdio>
+
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/workload/rank_report.h"
+#include "cli/commands.h"
+#include "cli/job_flags.h"
+#include "reshard/gpt_config_json.h"
+
+namespace ckpt::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+SaveOptions Options(const JobFlags& f, const GptJob& j, Compression comp) {
+  SaveOptions o;
+  o.root = f.root;
+  o.iteration = f.iteration;
+  o.comm = j.comm.get();
+  o.timeout = Millis(f.timeout_ms);
+  o.write.codec.compression = comp;
+  o.write.chunk_bytes = f.chunk_kb * 1024;
+  if (f.encode_threads >= 0) o.write.encode_threads = f.encode_threads;
+  o.balance_replicas = !f.no_balance;
+  o.allow_older = f.allow_older;
+  o.layout = reshard::LayoutToJson(j.layout);
+  o.metadata = {{"model", j.model_name}, {"gpt", ModelToJson(j.model)}};
+  if (j.optimizer_spec.format) o.metadata["optimizer"] = OptimizerMetadata(j.optimizer_spec);
+  return o;
+}
+
+// The job-wide figures (collective) as JSON, and the text line.
+int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& r, double secs) {
+  auto all = j.AllGatherJson({{"bytes", r.bytes_written}, {"file", r.file_bytes}});
+  if (!all.ok()) {  // committed all the same: a missing report is a warning, never a failed save
+    std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but the report gather failed: %s\n",
+                 j.rank(), static_cast<long long>(o.iteration), all.status().ToString().c_str());
+    return kExitOk;
+  }
+  auto total = workload::SumOf(*all, "bytes"), mx = workload::MaxOf(*all, "bytes"), mn = workload::MinOf(*all, "bytes");
+  if (!total.ok() || !mx.ok() || !mn.ok()) return Fail("save", j.rank(), Status::Internal("malformed save report"));
+  json out = {{"op", "save"},      {"iteration", o.iteration}, {"layout", j.layout.ToString()},
+              {"model", j.model_name}, {"ranks", j.comm->size()}, {"bytes", *total},
+              {"seconds", secs},   {"mb_per_s", *total / 1e6 / secs},
+              {"max_rank_bytes", *mx}, {"min_rank_bytes", *mn}, {"phase_seconds", r.phase_seconds},
+              {"optimizer", f.optimizer}};
+  if (!r.warning.ok()) out["warning"] = r.warning.ToString();
+  if (f.json)
+    Print0(j, "%s\n", out.dump().c_str());
+  else
+    Print0(j, "save  iter %lld  %s  model %s: %.1f MB in %.3f s = %.0f MB/s; bytes per rank max %.1f MB / min %.1f MB (%.2fx)\n",
+           static_cast<long long>(o.iteration), j.layout.ToString().c_str(), j.model_name.c_str(), *total / 1e6, secs,
+           *total / 1e6 / secs, *mx / 1e6, *mn / 1e6, *mn > 0 ? double(*mx) / double(*mn) : 0.0);
+  return kExitOk;
+}
+
+Result<std::unique_ptr<GptJob>> Start(const JobFlags& f) {
+  std::string name;
+  CKPT_ASSIGN_OR_RETURN(auto model, ResolveModel(f.model.empty() ? "tiny" : f.model, f.root, -1, &name));
+  CKPT_ASSIGN_OR_RETURN(auto spec, SaveOptimizerSpec(f.optimizer, f.bucket_elems));
+  return StartGptJob(f.layout, model, name, spec);
+}
+
+// --allow-older: says that 'latest' still picks the newer iteration.
+void NoteOlder(const JobFlags& f, const GptJob& j) {
+  if (auto iters = ListIterations(DefaultEnv(), f.root);
+      f.allow_older && iters.ok() && !iters->empty() && iters->back() > f.iteration)
+    Print0(j, "ckpt save: --allow-older: saving iteration %lld below iteration %lld under the root; 'latest' "
+              "(inspect, train --resume, load) still picks %lld\n",
+           static_cast<long long>(f.iteration), static_cast<long long>(iters->back()),
+           static_cast<long long>(iters->back()));
+}
+
+int RunSave(const JobFlags& f) {
+  if (f.iteration < 0)
+    return Fail("save", -1, Status::InvalidArgument("--iter " + std::to_string(f.iteration) + ": an iteration is >= 0"));
+  auto job = Start(f);
+  if (!job.ok()) return Fail("save", -1, job.status());
+  GptJob& j = **job;
+  j.timeout = Millis(f.timeout_ms);
+  Status st = ApplyNaiveFc1(f, j);
+  if (st.ok()) st = j.FillExpected();
+  if (!st.ok()) return Fail("save", j.rank(), st);
+  auto comp = ParseCompression(f.compression);
+  if (!comp.ok()) return Fail("save", j.rank(), comp.status());
+  const SaveOptions o = Options(f, j, *comp);
+  NoteOlder(f, j);
+  auto sd = j.StateDict();
+  if (!sd.ok()) return Fail("save", j.rank(), sd.status());
+  if (!j.comm->Barrier(o.timeout, "start").ok()) return kExitError;
+  const auto t0 = Clock::now();
+  auto r = SaveCheckpoint(*sd, o);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!r.ok()) return Fail("save", j.rank(), r.status());
+  if (!r->warning.ok())  // committed all the same (checkpoint.h): a warning, exit 0
+    std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but %s\n", j.rank(),
+                 static_cast<long long>(o.iteration), r->warning.message().c_str());
+  return Report(f, j, o, *r, secs);
+}
+
+}  // namespace
+
+void RegisterSave(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("save", "Save a GPT model state from a multi-rank job (run under mpirun)");
+  auto f = std::make_shared<JobFlags>();
+  AddCommon(cmd, f.get());
+  cmd->add_option("--iter", f->iteration, "iteration number")->required();
+  cmd->add_option("--model", f->model, "GPT preset (tiny, demo) with optional overrides (tiny:tied_embeddings=true,first_stage_layers=3) or a config JSON");
+  cmd->add_option("--compress", f->compression, "none or zstd");
+  cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
+  cmd->add_option("--encode-threads", f->encode_threads,
+                  "pad/compress/hash workers per rank (0: serial; default: cores per local rank)");
+  cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
+  cmd->add_flag("--allow-older", f->allow_older,
+                "save below the newest iteration under the root (refused by default: 'latest' would still pick it)");
+  f->optimizer = "none";
+  cmd->add_option("--optimizer", f->optimizer,
+                  "distributed-optimizer state to save: none, model (model space: reshardable across "
+                  "DP/TP/PP/EP/bucket size) or bucket (raw bucket slices: same layout only)");
+  cmd->callback([=]() { *exit_code = RunSave(*f); });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,62 @@
+#include "cli/job_flags.h"
+
+#include <cstdio>
+
+#include "ckpt/gpu/gpu.h"
+#include "cli/commands.h"
+#include "tests/testing/negative_controls.h"
+
+namespace ckpt::cli {
+
+void AddCommon(CLI::App* cmd, JobFlags* f) {
+  cmd->add_option("--root", f->root, "checkpoint root directory")->required();
+  cmd->add_option("--layout", f->layout, "this job's layout, e.g. tp=4,pp=2,dp=1 (world = tp*cp*dp*pp)");
+  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective (> 0)")
+      ->check(CLI::PositiveNumber);
+  // DEVELOPER ONLY (hidden from --help): a negative control from the testing library.
+  cmd->add_flag("--naive-fc1", f->naive_fc1,
+                "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")
+      ->group("");
+  cmd->add_flag("--json", f->json, "print the summary as JSON");
+  cmd->add_option("--bucket-elems", f->bucket_elems,
+                  "DDP bucket size in elements for the optimizer layout (0: one bucket per buffer)");
+}
+
+int Fail(const char* cmd, int rank, const Status& st) {
+  std::fprintf(stderr, "ckpt %s: rank %d: %s\n", cmd, rank, st.ToString().c_str());
+  return ExitCodeOf(st);
+}
+
+// The communicator whose ranks share load reads (load_share.h): "dp" = ranks
+// with the same TP and PP coordinates (the DP x CP group of MCore's fully
+// parallel load), "job" = every rank, "none" = each rank reads what it needs.
+// Collective over the job (MPI_Comm_split) for dp. `transport` mpi keeps the
+// bytes on MPI; nccl moves them over NCCL (ckpt/gpu/gpu.h).
+Result<std::unique_ptr<Comm>> ShareComm(GptJob& j, const std::string& mode, const std::string& transport,
+                                        Millis timeout) {
+  if (transport != "mpi" && transport != "nccl")
+    return Status::InvalidArgument("--share-transport must be mpi or nccl, not '" + transport + "'");
+  std::unique_ptr<MpiComm> group;
+  if (mode == "none") return std::unique_ptr<Comm>();
+  if (mode == "job") {
+    CKPT_ASSIGN_OR_RETURN(group, j.comm->Split(0, j.rank()));
+  } else if (mode == "dp") {
+    CKPT_ASSIGN_OR_RETURN(auto dp_cp, GroupRanks(j.layout, j.rank(), Group::kDpCp));  // same TP and PP
+    CKPT_ASSIGN_OR_RETURN(group, j.comm->Split(dp_cp.front(), j.rank()));
+  } else {
+    return Status::InvalidArgument("--share-reads must be none, dp or job, not '" + mode + "'");
+  }
+  // A group of one shares nothing (LoadOptions::share_comm): no device needed.
+  if (transport == "nccl" && group->size() > 1) return gpu::MakeNcclComm(std::move(group), timeout);
+  return std::unique_ptr<Comm>(std::move(group));
+}
+
+Status ApplyNaiveFc1(const JobFlags& f, GptJob& j) {
+  if (!f.naive_fc1) return Status::Ok();
+  auto naive = testing::NaiveFc1Shards(j.model, j.layout, j.coords);
+  if (!naive.ok()) return naive.status().WithContext("rank " + std::to_string(j.rank()));
+  j.registered = std::move(naive).value();
+  return Status::Ok();
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,45 @@
+// Options shared by `ckpt save` and `ckpt load` (cmd_save.cc, cmd_load.cc),
+// and how a failing rank reports.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "ckpt/base/comm.h"
+#include "cli/gpt_job.h"
+
+namespace ckpt::cli {
+
+struct JobFlags {
+  std::string root, model, layout = "tp=1", compression = "none", optimizer, share_reads = "dp",
+              share_transport = "mpi", strict = "all";
+  int64_t iteration = -1;
+  int64_t share_round_mb = 64;
+  int64_t bucket_elems = -1;
+  int64_t chunk_kb = 4096;
+  int encode_threads = kAutoThreads;  // DefaultWorkerThreads(job comm)
+  int64_t timeout_ms = 60000;
+  bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false, allow_older = false;
+};
+
+// --root, --layout, --timeout-ms, --json, --bucket-elems, and the hidden
+// developer switch --naive-fc1.
+void AddCommon(CLI::App* cmd, JobFlags* f);
+
+// Prints "ckpt <cmd>: rank <r>: <status>" and returns ExitCodeOf(st).
+int Fail(const char* cmd, int rank, const Status& st);
+
+// The communicator whose ranks share load reads (load_share.h): "dp" = ranks
+// with the same TP and PP coordinates, "job" = every rank, "none" = nullptr.
+// Collective over the job; transport "nccl" moves the bytes over NCCL.
+Result<std::unique_ptr<Comm>> ShareComm(GptJob& j, const std::string& mode, const std::string& transport,
+                                        Millis timeout);
+
+// --naive-fc1 (negative control, tests/testing): the local memory still holds
+// the right values, but SwiGLU fc1 is registered as one plain axis-0 slice
+// (the naive concatenation bug), so a load at another TP gives wrong values.
+Status ApplyNaiveFc1(const JobFlags& f, GptJob& j);
+
+}  // namespace ckpt::cli

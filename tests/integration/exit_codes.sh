@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Exit codes agree across commands for the same cause (README "Exit codes"):
+# damaged data (one flipped bit) exits 1 from verify, load (1 and 2 ranks),
+# load --fallback when no older iteration loads, diff and fingerprint; bad
+# input and operational errors exit 2; success 0.
+set -uo pipefail
+ckpt=$1 scratch=$2
+rm -rf "$scratch" && mkdir -p "$scratch"
+read -ra MPI <<<"${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}"
+failed=0
+
+expect() {  # expect <code> <what> <command...>
+  local want=$1 what=$2 rc=0
+  shift 2
+  if declare -F "$1" >/dev/null; then "$@" >"$scratch/out" 2>&1 || rc=$?; else timeout 120 "$@" >"$scratch/out" 2>&1 || rc=$?; fi
+  if [[ $rc == "$want" ]]; then
+    echo "ok: $what -> exit $rc"
+  else
+    echo "FAILED: $what: exit $rc, want $want"
+    tail -5 "$scratch/out"
+    failed=1
+  fi
+}
+
+save() { timeout 120 "${MPI[@]}" -np 2 "$ckpt" save --layout tp=2 --model tiny --root "$1" --iter "$2" >/dev/null; }
+load2() { timeout 120 "${MPI[@]}" -np 2 "$ckpt" load --layout tp=2 --root "$@"; }
+flip() { "$ckpt" faults damage --root "$1" --iter "$2" --file rank_00001.h5 --kind bitflip --chunk mid >/dev/null; }
+
+good=$scratch/good bad=$scratch/bad
+for r in "$good" "$bad"; do save "$r" 10 && save "$r" 20 || { echo "FAILED: save"; exit 1; }; done
+
+expect 0 "verify (clean)" "$ckpt" verify "$good"
+expect 0 "load (clean, 2 ranks)" load2 "$good"
+expect 0 "diff (same state)" "$ckpt" diff "$good" "$good"
+
+flip "$bad" 20 || { echo "FAILED: damage"; exit 1; }
+expect 1 "verify (flipped bit)" "$ckpt" verify "$bad"
+expect 1 "load (flipped bit, 1 rank)" "$ckpt" load --layout tp=1 --root "$bad"
+expect 1 "load (flipped bit, 2 ranks)" load2 "$bad"
+expect 0 "load --fallback (flipped bit, iteration 10 loads)" load2 "$bad" --fallback
+expect 1 "fingerprint (flipped bit)" "$ckpt" fingerprint "$bad"
+expect 1 "diff (flipped bit)" "$ckpt" diff "$good" "$bad"
+flip "$bad" 10 || { echo "FAILED: damage"; exit 1; }
+expect 1 "load --fallback (flipped bits, no older iteration loads, 2 ranks)" load2 "$bad" --fallback
+expect 1 "load --fallback (flipped bits, no older iteration loads, 1 rank)" \
+  "$ckpt" load --layout tp=1 --root "$bad" --fallback
+
+missing=$scratch/missing
+expect 2 "verify (no checkpoint)" "$ckpt" verify "$missing"
+expect 2 "load (no checkpoint)" "$ckpt" load --layout tp=1 --root "$missing" --model tiny
+expect 2 "load --fallback (no checkpoint)" "$ckpt" load --layout tp=1 --root "$missing" --model tiny --fallback
+expect 2 "fingerprint (no checkpoint)" "$ckpt" fingerprint "$missing"
+expect 2 "diff (no checkpoint)" "$ckpt" diff "$good" "$missing"
+expect 2 "load (layout needs 3 ranks, job has 2)" load2 "$good" --layout tp=3
+expect 2 "load (bad --optimizer)" "$ckpt" load --layout tp=1 --root "$good" --optimizer bucket
+expect 2 "save (bad --model)" "$ckpt" save --layout tp=1 --root "$scratch/x" --iter 1 --model nosuchmodel
+expect 2 "unknown option" "$ckpt" verify "$good" --no-such-flag
+expect 2 "no subcommand" "$ckpt"
+
+[[ $failed == 0 ]] || { echo "exit codes: FAILED"; exit 1; }
+rm -rf "$scratch"
+echo "exit codes: PASSED"
