@@ -6,6 +6,9 @@
 # make install [PREFIX=/usr/local] : install the command, libraries, headers,
 #   CMake package, pkg-config files and the HDF5 plugin (CMakeLists.txt "Install").
 # make sanitize : unit tests under ASan+UBSan in $(SAN_BUILD) (.ci/run).
+# make fuzz [FUZZ_SECONDS=120 FUZZ_SEED=n] : the fuzzer (tests/fuzz) under
+#   ASan+UBSan in the same build dir: every corpus input replayed verbatim,
+#   then mutations until FUZZ_SECONDS; fails on a crash, hang or RSS > 2 GiB.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON
@@ -28,7 +31,10 @@ SAN_ENV = ASAN_OPTIONS=detect_leaks=1 \
 # tests cover the same filter in-process).
 SAN_EXCLUDE ?= H5py
 
-.PHONY: all deps configure build demo demo-synthetic test bench clean install sanitize
+FUZZ_SECONDS ?= 120
+FUZZ_SEED ?= $(shell date +%s)
+
+.PHONY: all deps configure build demo demo-synthetic test bench clean install sanitize san-configure fuzz
 
 all: build
 
@@ -56,10 +62,22 @@ bench: build
 	/usr/bin/python3 bench/run.py $(BUILD)
 
 # Unit tests only (label "unit"; no mpirun campaign or integration tests).
-sanitize: deps
+san-configure: deps
 	cmake -S . -B $(SAN_BUILD) $(SAN_FLAGS)
+
+sanitize: san-configure
 	cmake --build $(SAN_BUILD) -j $(JOBS) --target ckpt_unit_tests
 	cd $(SAN_BUILD) && $(SAN_ENV) ctest -L unit -E '$(SAN_EXCLUDE)' --output-on-failure --timeout 900 -j 2
+
+# The seed is printed; rerun a failure with FUZZ_SEED=<that seed>. Crash and
+# hang inputs land in $(SAN_BUILD)/fuzz/crashes (check them into the corpus
+# once fixed).
+fuzz: san-configure
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target ckpt_fuzz
+	rm -rf $(SAN_BUILD)/fuzz && mkdir -p $(SAN_BUILD)/fuzz/found
+	$(SAN_ENV) $(SAN_BUILD)/tests/fuzz/ckpt_fuzz --work $(SAN_BUILD)/fuzz/work --seconds $(FUZZ_SECONDS) \
+		--seed $(FUZZ_SEED) --seeds tests/fuzz/corpus --corpus $(SAN_BUILD)/fuzz/found \
+		--crashes $(SAN_BUILD)/fuzz/crashes --max-rss-mb 2048 --hang-seconds 20
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -8,6 +8,7 @@
 #include "ckpt/convert/convert.h"
 #include "ckpt/convert/hf_llama.h"
 #include "ckpt/convert/safetensors.h"
+#include "ckpt/format/file_meta_hash.h"
 #include "ckpt/protocol/commit.h"
 #include "reshard/gpt_config_json.h"
 
@@ -136,7 +137,8 @@ Result<Manifest> WriteRank(const HfImportOptions& o, Env* env, const std::string
       part.objects.push_back({*s.extra_state, 0, 0, std::move(rec)});
     }
   CKPT_RETURN_IF_ERROR(writer->Finish());
-  part.files.push_back({name, rank, writer->file_size()});
+  part.files.push_back({name, rank, writer->file_size(), ""});
+  CKPT_RETURN_IF_ERROR(RecordMetaHash(env, JoinPath(tmp, name), 0, &part));
   return part;
 }
 

@@ -118,7 +118,8 @@ void ParseFiles(const json& j, Manifest* m) {
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string p = Idx("files", i);
     m->files.push_back({StrAt(files[i], "name", p), int(IntAt(files[i], "rank", p, 0, INT32_MAX)),
-                        uint64_t(IntAt(files[i], "size", p, 0, INT64_MAX))});
+                        uint64_t(IntAt(files[i], "size", p, 0, INT64_MAX)),
+                        m->format_version >= 2 ? StrAt(files[i], "meta_sha256", p) : std::string()});
   }
 }
 
@@ -188,8 +189,10 @@ void ParseObjects(const json& j, Manifest* m) {
 Status ParseBody(const json& j, Manifest* m) {
   if (!j.is_object() || StrAt(j, "format", "") != "ckpt") return Status::Corruption("not a ckpt manifest");
   m->format_version = int(IntAt(j, "format_version", "", INT32_MIN, INT32_MAX));
-  if (m->format_version != kFormatVersion)
-    return Status::FailedPrecondition("unsupported format_version " + std::to_string(m->format_version));
+  if (m->format_version < kOldestFormatVersion || m->format_version > kFormatVersion)
+    return Status::FailedPrecondition("unsupported format_version " + std::to_string(m->format_version) +
+                                      " (this build reads " + std::to_string(kOldestFormatVersion) + " to " +
+                                      std::to_string(kFormatVersion) + ")");
   m->iteration = IntAt(j, "iteration", "", 0, kMaxIteration);
   m->layout = Kind(At(j, "layout", ""), json::value_t::object, "layout");
   m->metadata = Kind(At(j, "metadata", ""), json::value_t::object, "metadata");
@@ -221,7 +224,11 @@ std::string SerializeManifest(const Manifest& m) {
   j["layout"] = m.layout;
   j["metadata"] = m.metadata;
   json files = json::array();
-  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"rank", f.rank}, {"size", f.size}});
+  for (const auto& f : m.files) {
+    json e = {{"name", f.name}, {"rank", f.rank}, {"size", f.size}};
+    if (m.format_version >= 2) e["meta_sha256"] = f.meta_sha256;
+    files.push_back(std::move(e));
+  }
   j["files"] = files;
   json tensors = json::object();
   for (const auto& s : m.shards) {

@@ -24,7 +24,10 @@
 
 namespace ckpt {
 
-inline constexpr int kFormatVersion = 1;
+// 2: files[].meta_sha256 (the hash of each shard file's bytes outside its
+// chunks, file_meta_hash.h). Readers accept 1..kFormatVersion.
+inline constexpr int kFormatVersion = 2;
+inline constexpr int kOldestFormatVersion = 1;
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kTrackerName = "latest_checkpointed_iteration.txt";
 
@@ -32,6 +35,7 @@ struct ManifestFile {
   std::string name;  // relative to the iteration directory
   int rank = 0;      // the rank that wrote it
   uint64_t size = 0; // bytes
+  std::string meta_sha256;  // v2: SHA-256 of the bytes outside the chunks; empty in v1
 };
 
 struct ManifestShard {

@@ -30,6 +30,11 @@ Result<int64_t> CheckedElements(const Shape& shape, const std::string& field) {
   return n;
 }
 
+bool IsSha256Hex(const std::string& h) {
+  return h.size() == 64 &&
+         std::all_of(h.begin(), h.end(), [](char x) { return (x >= '0' && x <= '9') || (x >= 'a' && x <= 'f'); });
+}
+
 Status CheckFiles(const Manifest& m) {
   std::set<std::string> names;
   for (size_t i = 0; i < m.files.size(); ++i) {
@@ -40,6 +45,8 @@ Status CheckFiles(const Manifest& m) {
       return Status::Corruption(p + ": '" + n.substr(0, 80) + "' is not a plain file name in the iteration directory");
     if (!names.insert(n).second) return Status::Corruption(p + ": '" + n + "' is listed twice");
     if (m.files[i].size > uint64_t(INT64_MAX)) return Status::Corruption("files[" + N(i) + "].size: out of range");
+    if (m.format_version >= 2 && !IsSha256Hex(m.files[i].meta_sha256))
+      return Status::Corruption("files[" + N(i) + "].meta_sha256: not 64 lowercase hex digits");
   }
   return Status::Ok();
 }
@@ -76,8 +83,7 @@ Status CheckChunkLayout(const DatasetRecord& r, const Shape& dims, size_t elem_s
         (ch.stored_size == 0 || uint64_t(raw) / kMaxZstdExpansion > ch.stored_size))
       return Status::Corruption(cp + ".stored_size: " + N(ch.stored_size) + " bytes cannot hold a zstd frame of " +
                                 N(raw) + " bytes (chunk_elems " + std::to_string(r.chunk_elems) + ")");
-    if (ch.sha256.size() != 64 ||
-        !std::all_of(ch.sha256.begin(), ch.sha256.end(), [](char x) { return (x >= '0' && x <= '9') || (x >= 'a' && x <= 'f'); }))
+    if (!IsSha256Hex(ch.sha256))
       return Status::Corruption(cp + ".sha256: not 64 lowercase hex digits");
   }
   return Status::Ok();

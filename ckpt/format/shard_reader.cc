@@ -43,8 +43,15 @@ bool GetShape(hid_t dset, DatasetShape* out) {
   return true;
 }
 
+// H5Literate by name index visits a valid group's links in strictly
+// increasing name order. A damaged symbol-table B-tree whose sibling pointers
+// form a cycle makes HDF5 visit the same links forever (a fuzzer-found hang,
+// tests/fuzz/corpus/hang-shard-5108.h5): a name that does not increase stops
+// the walk as an error, so List() reports corruption instead of spinning.
 herr_t CollectName(hid_t, const char* name, const H5L_info_t*, void* out) {
-  static_cast<std::vector<std::string>*>(out)->push_back(name);
+  auto* names = static_cast<std::vector<std::string>*>(out);
+  if (!names->empty() && !(names->back() < std::string_view(name))) return -1;
+  names->push_back(name);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "ckpt/base/dir_lock.h"
+#include "ckpt/format/file_meta_hash.h"
 #include "reshard/intersect.h"
 
 namespace ckpt {
@@ -123,7 +124,8 @@ Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
   }
   CKPT_RETURN_IF_ERROR(RunHook(hook, "shard_fsync", rank));
   CKPT_RETURN_IF_ERROR(writer->Finish());
-  part.files.push_back({name, rank, writer->file_size()});
+  part.files.push_back({name, rank, writer->file_size(), ""});
+  CKPT_RETURN_IF_ERROR(RecordMetaHash(env, JoinPath(tmp_dir, name), 0, &part));
   return part;
 }
 

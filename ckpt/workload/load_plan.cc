@@ -63,7 +63,7 @@ Result<SavedModel> SavedForPlan(const LoadPlanRequest& req, std::vector<reshard:
     CKPT_ASSIGN_OR_RETURN(ParallelConfig from, ParallelConfig::Parse(req.from));
     CKPT_ASSIGN_OR_RETURN(*shards, SimulatedSaved(saved.model, from, req.chunk_bytes));
     saved.manifest.layout = reshard::LayoutToJson(from);
-    for (int r = 0; r < from.world_size(); ++r) saved.manifest.files.push_back({ShardFileName(r), r, 0});
+    for (int r = 0; r < from.world_size(); ++r) saved.manifest.files.push_back({ShardFileName(r), r, 0, ""});
     for (const auto& s : *shards)
       for (int64_t b : s.chunk_stored_bytes) saved.manifest.files[s.file_index].size += uint64_t(b);
     return saved;

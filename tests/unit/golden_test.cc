@@ -1,7 +1,9 @@
-// Golden files pin the on-disk format (docs/FORMAT.md): a committed v1
-// checkpoint in tests/golden/v1 must keep loading with the same values, and
-// saving the same state again must reproduce its manifest byte for byte.
-// Regenerate (only with a format_version bump): CKPT_UPDATE_GOLDEN=1 golden_test
+// Golden files pin the on-disk format (docs/FORMAT.md): the committed
+// checkpoints of every format version (tests/golden/v1, v2) must keep loading
+// and verifying with the same values, and saving the same state again must
+// reproduce the current version's manifests byte for byte.
+// After a format_version bump, write the new version's directory with
+// CKPT_UPDATE_GOLDEN=1 golden_test (and add it to kGoldenDirs).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -19,7 +21,9 @@ using testing::Desc;
 using testing::OwnedState;
 namespace fs = std::filesystem;
 
-const std::string kGolden = std::string(CKPT_SOURCE_DIR) + "/tests/golden/v1";
+const std::string kGoldenRoot = std::string(CKPT_SOURCE_DIR) + "/tests/golden/";
+const std::string kGolden = kGoldenRoot + "v" + std::to_string(kFormatVersion);
+const std::vector<std::string> kGoldenDirs = {kGoldenRoot + "v1", kGoldenRoot + "v2"};
 
 void BuildGoldenState(OwnedState& s, bool fill) {
   s.Add(Desc("embedding.word_embeddings.weight", DType::kBFloat16, {40, 16}, {0, 0}, {40, 16}), fill);
@@ -67,11 +71,13 @@ TEST(GoldenTest, SavingTheSameStateReproducesTheGoldenManifests) {
 }
 
 TEST(GoldenTest, GoldenCheckpointsLoadAndVerify) {
+  for (const std::string& dir : kGoldenDirs)
   for (int64_t iter : {1, 2}) {
+    SCOPED_TRACE(dir + " iteration " + std::to_string(iter));
     OwnedState d;
     BuildGoldenState(d, false);
     LoadOptions lo;
-    lo.root = kGolden;
+    lo.root = dir;
     lo.iteration = iter;
     auto st = LoadCheckpoint(d.dict(), lo);
     ASSERT_TRUE(st.ok()) << st.status().ToString();
@@ -79,7 +85,7 @@ TEST(GoldenTest, GoldenCheckpointsLoadAndVerify) {
     ASSERT_EQ(d.dict().objects()[0].bytes.size(), 16u);
     VerifyOptions vo;
     vo.iteration = iter;
-    auto report = VerifyCheckpoint(DefaultEnv(), kGolden, vo);
+    auto report = VerifyCheckpoint(DefaultEnv(), dir, vo);
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     EXPECT_TRUE(report->ok());
   }
