@@ -3,8 +3,8 @@
 # question: seeds/level8/M131.md
 """Preemption and retention with `ckpt train`.
 (1) A DP2 job with --exit-signal-handler (Megatron-LM's flag) trains far
-past the test, saving every 5 iterations; once it has logged iteration
->= 12, SIGTERM goes to rank 1 only (a preempted node). Every rank learns it
+past the test, saving every 4 iterations; once it has logged iteration
+>= 6, SIGTERM goes to rank 1 only (a preempted node). Every rank learns it
 at the next step (an AllGather of the flag, as MCore's
 DistributedSignalHandler), saves that iteration, and the job exits 0.
 Measured: the iteration saved, signal-to-exit seconds, steps lost (iteration
@@ -24,7 +24,7 @@ import time
 from scenlib import *  # noqa: F403
 
 STEP_S = 30.0
-SAVE_EVERY, SIGNAL_AT = 5, 12
+SAVE_EVERY, SIGNAL_AT = 4, 6  # the signal lands between periodic saves, so the control loses steps
 
 
 def ranks_of(root: str) -> dict:
