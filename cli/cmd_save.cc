@@ -7,6 +7,8 @@
 
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
+#include "faults/fault_env.h"
+#include "faults/fault_spec.h"
 #include "cli/commands.h"
 #include "cli/job_flags.h"
 #include "reshard/gpt_config_json.h"
@@ -36,19 +38,21 @@ SaveOptions Options(const JobFlags& f, const GptJob& j, Compression comp) {
 
 // The job-wide figures (collective) as JSON, and the text line.
 int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& r, double secs) {
-  auto all = j.AllGatherJson({{"bytes", r.bytes_written}, {"file", r.file_bytes}});
+  auto all = j.AllGatherJson({{"bytes", r.bytes_written}, {"file", r.file_bytes}, {"phases", r.phase_seconds}});
   if (!all.ok()) {  // committed all the same: a missing report is a warning, never a failed save
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but the report gather failed: %s\n",
                  j.rank(), static_cast<long long>(o.iteration), all.status().ToString().c_str());
     return kExitOk;
   }
   auto total = workload::SumOf(*all, "bytes"), mx = workload::MaxOf(*all, "bytes"), mn = workload::MinOf(*all, "bytes");
-  if (!total.ok() || !mx.ok() || !mn.ok()) return Fail("save", j.rank(), Status::Internal("malformed save report"));
+  auto ranks = workload::ReduceSaveReports(*all);  // per-rank phases and the straggler
+  if (!total.ok() || !mx.ok() || !mn.ok() || !ranks.ok())
+    return Fail("save", j.rank(), Status::Internal("malformed save report"));
   json out = {{"op", "save"},      {"iteration", o.iteration}, {"layout", j.layout.ToString()},
               {"model", j.model_name}, {"ranks", j.comm->size()}, {"bytes", *total},
               {"seconds", secs},   {"mb_per_s", *total / 1e6 / secs},
               {"max_rank_bytes", *mx}, {"min_rank_bytes", *mn}, {"phase_seconds", r.phase_seconds},
-              {"optimizer", f.optimizer}};
+              {"optimizer", f.optimizer}, {"per_rank", (*ranks)["per_rank"]}, {"straggler", (*ranks)["straggler"]}};
   if (!r.warning.ok()) out["warning"] = r.warning.ToString();
   if (f.json)
     Print0(j, "%s\n", out.dump().c_str());
@@ -56,6 +60,11 @@ int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& 
     Print0(j, "save  iter %lld  %s  model %s: %.1f MB in %.3f s = %.0f MB/s; bytes per rank max %.1f MB / min %.1f MB (%.2fx)\n",
            static_cast<long long>(o.iteration), j.layout.ToString().c_str(), j.model_name.c_str(), *total / 1e6, secs,
            *total / 1e6 / secs, *mx / 1e6, *mn / 1e6, *mn > 0 ? double(*mx) / double(*mn) : 0.0);
+  const json& s = (*ranks)["straggler"];
+  if (!f.json)
+    Print0(j, "save  slowest writer: rank %d, write %.3f s (median %.3f s, %.1fx); longest wait: rank %d, %.3f s\n",
+           s["rank"].get<int>(), s["seconds"].get<double>(), s["median_seconds"].get<double>(),
+           s["ratio"].get<double>(), s["longest_wait_rank"].get<int>(), s["longest_wait_seconds"].get<double>());
   return kExitOk;
 }
 
@@ -94,7 +103,20 @@ int RunSave(const JobFlags& f) {
   if (!sd.ok()) return Fail("save", j.rank(), sd.status());
   if (!j.comm->Barrier(o.timeout, "start").ok()) return kExitError;
   const auto t0 = Clock::now();
-  auto r = SaveCheckpoint(*sd, o);
+  std::unique_ptr<faults::FaultEnv> fenv;  // --faults: the fault plan's Env and step hook
+  SaveOptions fo = o;
+  if (!f.faults.empty()) {
+    auto plan = faults::ParseFaultPlan(f.faults);
+    if (!plan.ok()) return Fail("save", j.rank(), plan.status());
+    faults::FaultEnv::Options fopts;
+    fopts.rank = j.rank();
+    fopts.plan = *plan;
+    fopts.root = f.root;
+    fenv = std::make_unique<faults::FaultEnv>(DefaultEnv(), std::move(fopts));
+    fo.env = fenv.get();
+    fo.hook = fenv->Hook();
+  }
+  auto r = SaveCheckpoint(*sd, fo);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!r.ok()) return Fail("save", j.rank(), r.status());
   if (!r->warning.ok())  // committed all the same (checkpoint.h): a warning, exit 0
@@ -116,6 +138,8 @@ void RegisterSave(CLI::App& app, int* exit_code) {
   cmd->add_option("--encode-threads", f->encode_threads,
                   "pad/compress/hash workers per rank (0: serial; default: cores per local rank)");
   cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
+  cmd->add_option("--faults", f->faults, "fault plan for this save (faults/fault_spec.h), e.g. "
+                  "'point=env.pwrite rank=2 action=delay ms=50' for a slow writer");
   cmd->add_flag("--allow-older", f->allow_older,
                 "save below the newest iteration under the root (refused by default: 'latest' would still pick it)");
   f->optimizer = "none";

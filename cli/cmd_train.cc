@@ -3,8 +3,9 @@
 // library code (ckpt/workload/train_loop.h); this file parses the options,
 // starts the job (MPI, layout, model, workload, saver: cli/train_saver.h) and
 // prints. Developer switches (negative controls, a simulated kill after a
-// save, a NaN fault, async test hooks) are hidden options, see
-// AddDeveloperSwitches.
+// save, a NaN fault) are hidden options, see AddDeveloperSwitches; the
+// saving options (async, faults, retention) are in cli/train_options.cc.
+// --exit-signal-handler: SIGTERM to any rank -> all save and exit (exit_signal.h).
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -13,11 +14,12 @@
 
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/workload/exit_signal.h"
 #include "ckpt/workload/job_setup.h"
 #include "ckpt/workload/train_loop.h"
 #include "ckpt/workload/train_workload.h"
 #include "cli/commands.h"
-#include "cli/train_saver.h"
+#include "cli/train_options.h"
 #include "reshard/gpt_config_json.h"
 
 namespace ckpt::cli {
@@ -28,11 +30,11 @@ using nlohmann::json;
 struct TrainFlags {
   std::string layout = "tp=1", model = "tiny", root, mode = "elementwise", save_at, nonfinite = "refuse";
   std::string compression = "none";
-  int64_t steps = 10, save_every = 0, inject_nan = -1, timeout_ms = 60000;
+  int64_t steps = 10, save_every = 0, inject_nan = -1, timeout_ms = 60000, log_interval = 0;
   workload::TrainConfig cfg;
   TrainSaveFlags save;
   bool resume = false, no_rng = false, no_iterator = false, kill_after_save = false, json = false,
-       allow_older = false;
+       allow_older = false, exit_signal = false;
 };
 
 struct Job {
@@ -123,10 +125,14 @@ int Run(TrainFlags& f) {
   auto started = StartJob(f);
   if (!started.ok()) return Fail(Job(), started.status());
   Job& j = *started;
-  workload::TrainLoopOptions lo{.steps = f.steps, .save_every = f.save_every, .stop_after_first_save = f.kill_after_save};
+  workload::TrainLoopOptions lo{.steps = f.steps, .save_every = f.save_every, .stop_after_first_save = f.kill_after_save,
+                                .log_interval = f.log_interval};
   auto save_at = workload::ParseSaveAt(f.save_at);
   if (!save_at.ok()) return Fail(j, save_at.status());
   lo.save_at = *save_at;
+  auto sig = f.exit_signal ? workload::StopLoopOnSignal(SIGTERM, *j.comm, Millis(f.timeout_ms), &lo)
+                           : Result<std::unique_ptr<workload::ExitSignal>>(nullptr);
+  if (!sig.ok()) return Fail(j, sig.status());
   auto resumed = ResumeOrInit(j, f);
   if (!resumed.ok()) return Fail(j, resumed.status(), /*agreed=*/true);
   auto run = workload::RunTrainLoop(*j.work, *j.coll, *j.saver, lo, [&](const std::string& s) { Print0(j, s); });
@@ -161,12 +167,6 @@ void AddDeveloperSwitches(CLI::App* cmd, TrainFlags* f) {
   cmd->add_option("--inject-nan", f->inject_nan,
                   kDev + "fault: a NaN gradient at this iteration (decoder.layers.0.mlp.linear_fc2.weight, element 100)")
       ->group("");
-  cmd->add_flag("--async-no-snapshot", f->save.no_snapshot,
-                kDev + "NEGATIVE CONTROL (never for real saves): the background save reads the live buffers")
-      ->group("");
-  cmd->add_option("--async-delay-ms", f->save.delay_ms,
-                  kDev + "TEST HOOK: the background save sleeps this long before it reads or writes anything")
-      ->group("");
 }
 
 }  // namespace
@@ -179,14 +179,7 @@ void RegisterTrain(CLI::App& app, int* exit_code) {
   cmd->add_option("--model", f->model, "GPT preset (tiny, demo), optionally with overrides: tiny:hidden=256,num_layers=4");
   cmd->add_option("--steps", f->steps, "train until this iteration (total, as Megatron's --train-iters)");
   cmd->add_option("--mode", f->mode, "elementwise (layout-invariant) or tp-reduce (TP all-reduce matmul)");
-  cmd->add_option("--seed", f->cfg.seed, "seed of initial weights, data and RNG");
-  cmd->add_option("--global-batch", f->cfg.global_batch, "samples per iteration");
-  cmd->add_option("--micro-batch", f->cfg.micro_batch, "samples per micro batch per DP rank");
-  cmd->add_option("--lr", f->cfg.lr.max_lr, "peak learning rate");
-  cmd->add_option("--min-lr", f->cfg.lr.min_lr, "final learning rate");
-  cmd->add_option("--lr-warmup", f->cfg.lr.warmup_steps, "warmup iterations");
-  cmd->add_option("--lr-decay", f->cfg.lr.decay_steps, "iteration where the decay reaches min-lr");
-  cmd->add_option("--lr-style", f->cfg.lr.style, "constant, linear or cosine");
+  AddTrainConfigOptions(cmd, &f->cfg);
   cmd->add_option("--save-every", f->save_every, "save every K iterations (and always at --steps)");
   cmd->add_option("--save-at", f->save_at, "save at these iterations, comma-separated (and always at --steps)");
   cmd->add_flag("--resume", f->resume, "resume from the latest checkpoint under --root (strict)");
@@ -195,14 +188,10 @@ void RegisterTrain(CLI::App& app, int* exit_code) {
   cmd->add_option("--nonfinite", f->nonfinite, "NaN/Inf at save: refuse (default), warn or allow");
   cmd->add_option("--compress", f->compression, "none or zstd");
   cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every checkpoint collective (> 0)")->check(CLI::PositiveNumber);
-  cmd->add_flag("--async-save", f->save.async,
-                "save in the background (AsyncSaver on its own communicator; needs MPI_THREAD_MULTIPLE): "
-                "training blocks only for the snapshot copy");
-  cmd->add_option("--snapshot-memory", f->save.snapshot_memory,
-                  "with --async-save: host (default) or pinned (cudaHostAlloc; the GPU path)");
-  cmd->add_option("--faults", f->save.faults,
-                  "fault plan for the saves (faults/fault_spec.h; one FaultEnv for the job: nth counts over saves)");
-  cmd->add_option("--faults-log", f->save.faults_log, "append one JSON line per fired fault to this file");
+  AddTrainSaveOptions(cmd, &f->save);
+  cmd->add_flag("--exit-signal-handler", f->exit_signal,
+                "on SIGTERM (to any rank) save the current iteration, then exit 0 (Megatron-LM's flag)");
+  cmd->add_option("--log-interval", f->log_interval, "print 'train: iteration N' every K iterations");
   cmd->add_flag("--json", f->json, "print the summary as JSON");
   AddDeveloperSwitches(cmd, f.get());
   cmd->callback([=]() { *exit_code = Run(*f); });

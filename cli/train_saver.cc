@@ -51,6 +51,7 @@ Result<std::unique_ptr<TrainSaver>> TrainSaver::Create(const TrainSaveFlags& f, 
   if (f.snapshot_memory != "host" && f.snapshot_memory != "pinned")
     return Status::InvalidArgument("--snapshot-memory must be host or pinned, not '" + f.snapshot_memory + "'");
   if (!f.async && f.snapshot_memory != "host") return Status::InvalidArgument("--snapshot-memory needs --async-save");
+  CKPT_RETURN_IF_ERROR(ValidateRetention(f.retention));
   std::unique_ptr<TrainSaver> s(new TrainSaver(f, &job));
   if (!f.faults.empty()) {
     CKPT_ASSIGN_OR_RETURN(faults::FaultPlan plan, faults::ParseFaultPlan(f.faults));
@@ -103,7 +104,7 @@ std::string TrainSaver::Joined(const SaveStats& st, int64_t iteration_now) {
                 "ended before it began reading, %lld before the join\n",
                 static_cast<long long>(row["iteration"].get<int64_t>()), background_s,
                 static_cast<long long>(before_read), static_cast<long long>(iteration_now - started_at_));
-  return line;
+  return line + Retain(st);
 }
 
 Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, int64_t iteration_now) {
@@ -115,7 +116,7 @@ Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, 
     o.comm = job_;
     CKPT_ASSIGN_OR_RETURN(SaveStats st, SaveCheckpoint(sd, o));
     rows_.push_back({{"iteration", o.iteration}, {"seconds", st.seconds}, {"rank0_bytes", st.bytes_written}});
-    return "train: saved iteration " + std::to_string(o.iteration) + " under " + o.root + "\n";
+    return "train: saved iteration " + std::to_string(o.iteration) + " under " + o.root + "\n" + Retain(st);
   }
   const int64_t iteration = o.iteration;
   CKPT_ASSIGN_OR_RETURN(AsyncStartStats st, saver_->Start(sd, std::move(o)));
@@ -130,6 +131,19 @@ Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, 
   return log + "train: started async save of iteration " + std::to_string(iteration) + ": blocked " +
          Ms(st.blocking_seconds()) + " (wait for the previous " + Ms(st.wait_previous_seconds) + " + snapshot " +
          Ms(st.snapshot_seconds) + " of " + std::to_string(st.snapshot_bytes) + " bytes)\n";
+}
+
+std::string TrainSaver::Retain(const SaveStats& st) {
+  if (!flags_.retention.enabled() || job_->rank() != 0) return "";
+  const std::string it = std::to_string(st.iteration);
+  if (!st.warning.ok()) return "train: retention skipped after iteration " + it + ": " + st.warning.ToString() + "\n";
+  auto r = ApplyRetention(DefaultEnv(), base_.root, st.iteration, flags_.retention);
+  if (!r.ok()) return "train: retention after iteration " + it + " failed: " + r.status().ToString() + "\n";
+  std::string line = "train: retention after iteration " + it + ": deleted [";
+  for (size_t i = 0; i < r->deleted.size(); ++i) line += (i ? "," : "") + std::to_string(r->deleted[i]);
+  line += "], kept [";
+  for (size_t i = 0; i < r->kept.size(); ++i) line += (i ? "," : "") + std::to_string(r->kept[i]);
+  return line + "]\n";
 }
 
 Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {

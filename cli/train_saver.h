@@ -17,6 +17,11 @@
 // Developer switches (hidden options; tests/testing AsyncSaveControls, never
 // defaults): --async-no-snapshot (the negative control: the background save
 // reads the live training buffers) and --async-delay-ms (a test hook).
+// Retention (--save-retain-interval K, --keep-last N): after a save has
+// committed durably (sync: SaveCheckpoint returned; async: at its join),
+// rank 0 deletes the older iterations the policy drops (ApplyRetention:
+// never the newest, only once the tracker names it); a retention error is a
+// log line, never a failed save.
 // Faults: with a fault plan (--faults, faults/fault_spec.h) every save goes
 // through one FaultEnv + step hook for the whole job, so "nth" counts over
 // saves (nth=2 of step.shard_write: the second save).
@@ -41,6 +46,7 @@
 
 #include "ckpt/protocol/async_save.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/retention.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/workload/train_loop.h"
 #include "faults/fault_env.h"
@@ -54,6 +60,7 @@ struct TrainSaveFlags {
   std::string snapshot_memory = "host";  // host or pinned (the GPU path, ckpt/gpu/gpu.h)
   std::string faults;        // fault plan text (faults/fault_spec.h), "" = none
   std::string faults_log;    // event log of fired faults (one JSON line each)
+  RetentionPolicy retention; // after each committed save, rank 0 deletes what the policy says (retention.h)
 };
 
 class TrainSaver final : public workload::TrainCheckpointer {
@@ -88,6 +95,9 @@ class TrainSaver final : public workload::TrainCheckpointer {
  private:
   TrainSaver(TrainSaveFlags f, MpiComm* job) : flags_(std::move(f)), job_(job) {}
   std::string Joined(const SaveStats& st, int64_t iteration_now);
+  // Rank 0, after `st`'s save committed: applies the retention policy (never
+  // when the commit carries a warning: the tracker may lag); a log line.
+  std::string Retain(const SaveStats& st);
 
   TrainSaveFlags flags_;
   SaveOptions base_;

@@ -69,12 +69,53 @@ Result<nlohmann::json> ReduceLoadReports(const std::vector<nlohmann::json>& all)
     reset = reset && a["peak_reset"].get<bool>();
     if (first_bad.empty()) first_bad = a["first_bad"].get<std::string>();
     per_rank.push_back({{"rss_before", a.value("rss_before", int64_t(-1))}, {"peak", a.value("peak", int64_t(-1))},
-                        {"extra", a["extra"]}, {"state", a["state"]}});
+                        {"extra", a["extra"]}, {"state", a["state"]}, {"bytes", a["bytes"]},
+                        {"received", a["received"]}});
   }
   out["peak_reset"] = reset;
   out["first_bad"] = first_bad;
   out["per_rank"] = per_rank;
   return out;
+}
+
+namespace {
+
+double PhaseOf(const nlohmann::json& phases, const char* name) {
+  auto it = phases.find(name);
+  return it != phases.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+}  // namespace
+
+Result<nlohmann::json> ReduceSaveReports(const std::vector<nlohmann::json>& all) {
+  if (all.empty()) return Status::InvalidArgument("no save reports");
+  nlohmann::json per_rank = nlohmann::json::array();
+  std::vector<double> writes;
+  size_t slow = 0, waited = 0;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const nlohmann::json& a = all[r];
+    if (!a.contains("phases") || !a["phases"].is_object() || !a.contains("bytes") || !a["bytes"].is_number_integer())
+      return Status::InvalidArgument("the save report of rank " + std::to_string(r) + " is incomplete");
+    const nlohmann::json& ph = a["phases"];
+    const double wait = PhaseOf(ph, "vote") + PhaseOf(ph, "commit");
+    per_rank.push_back({{"rank", r}, {"bytes", a["bytes"]}, {"plan_s", PhaseOf(ph, "plan")},
+                        {"write_s", PhaseOf(ph, "write")}, {"wait_s", wait}});
+    writes.push_back(PhaseOf(ph, "write"));
+    if (writes[r] > writes[slow]) slow = r;
+    if (wait > per_rank[waited]["wait_s"].get<double>()) waited = r;
+  }
+  std::vector<double> sorted = writes;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  nlohmann::json straggler = {{"rank", slow},
+                              {"phase", "write"},
+                              {"seconds", writes[slow]},
+                              {"median_seconds", median},
+                              {"ratio", median > 0 ? writes[slow] / median : 0.0},
+                              {"longest_wait_rank", waited},
+                              {"longest_wait_seconds", per_rank[waited]["wait_s"]}};
+  return nlohmann::json{{"per_rank", per_rank}, {"straggler", straggler}};
 }
 
 }  // namespace ckpt::workload

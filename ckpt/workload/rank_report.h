@@ -29,8 +29,21 @@ Result<int64_t> MinOf(const std::vector<nlohmann::json>& all, const std::string&
 // files, rss_before, peak, extra, state, largest_shard, peak_reset): sums
 // (bytes, received, elements, bad, opt_bad, opt_elements), maxima
 // (max_rank_bytes, rounds, extra, state, largest_shard), peak_reset of all
-// ranks, the first rank's first_bad that is not empty, and per_rank memory.
+// ranks, the first rank's first_bad that is not empty, and per_rank figures
+// (memory: rss_before, peak, extra, state; reads: bytes read from disk,
+// bytes received from a rank that read them for it).
 // kInvalidArgument naming the rank when a report lacks a key.
 Result<nlohmann::json> ReduceLoadReports(const std::vector<nlohmann::json>& all);
+
+// The job-wide figures of a `ckpt save` from every rank's report (keys:
+// bytes, phases = {phase: seconds} as SaveStats::phase_seconds): per_rank
+// [{rank, bytes, plan_s, write_s, wait_s (vote + commit: waiting for the
+// others)}] and the straggler: the rank whose own work (the "write" phase:
+// its shards written and fsynced) took longest, with write_s, the median
+// write_s over all ranks, their ratio, and the rank that waited longest.
+// A slow writer shows on the other ranks as waiting, so only per-rank phase
+// times can name it (rank 0's own timings show the wait, not the writer).
+// kInvalidArgument naming the rank when a report lacks a key.
+Result<nlohmann::json> ReduceSaveReports(const std::vector<nlohmann::json>& all);
 
 }  // namespace ckpt::workload

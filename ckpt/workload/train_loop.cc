@@ -55,9 +55,20 @@ Result<TrainLoopResult> RunTrainLoop(TrainWorkload& w, Collectives& coll, TrainC
     CKPT_RETURN_IF_ERROR(w.Step(coll));
     r.step_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     ckpt.OnStep();
-    if (!SaveDue(opts, w.iteration())) continue;
+    const int64_t it = w.iteration();
+    if (opts.log_interval > 0 && it % opts.log_interval == 0) Log(log, "train: iteration " + std::to_string(it) + "\n");
+    bool stop = false;
+    if (opts.stop_requested) {
+      CKPT_ASSIGN_OR_RETURN(stop, opts.stop_requested());
+    }
+    if (!stop && !SaveDue(opts, it)) continue;
     CKPT_ASSIGN_OR_RETURN(std::string saved, ckpt.Save(w));
     Log(log, saved);
+    if (stop) {  // every rank agreed: this save is the last one, then leave together
+      r.stopped_by_signal = true;
+      Log(log, "train: exit signal received: saved iteration " + std::to_string(it) + ", exiting\n");
+      break;
+    }
     if (opts.stop_after_first_save) {
       r.stopped_early = true;
       break;
@@ -79,7 +90,8 @@ nlohmann::json TrainSummary(const TrainWorkload& w, const TrainLoopResult& r) {
           {"consumed_matches_iterations", consumed == w.iteration() * w.config().global_batch},
           {"rng_offset", w.rng().offset},
           {"lr", w.lr().Lr()},
-          {"step_seconds_mean", steps > 0 ? r.step_seconds / double(steps) : 0.0}};
+          {"step_seconds_mean", steps > 0 ? r.step_seconds / double(steps) : 0.0},
+          {"exit_signal", r.stopped_by_signal}};
 }
 
 std::string TrainSummaryLine(const nlohmann::json& s) {

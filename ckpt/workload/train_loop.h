@@ -39,12 +39,19 @@ struct TrainLoopOptions {
   int64_t save_every = 0;      // save every K iterations (0: never), and always at `steps`
   std::set<int64_t> save_at = {};  // ... and at these iterations
   bool stop_after_first_save = false;  // return once the first save has committed (joined)
+  int64_t log_interval = 0;    // log "train: iteration N" every K iterations (0: never)
+  // Asked after every step, on every rank (collective: it must return the
+  // same on all ranks, e.g. ExitSignal::AnyRankReceived). true: save this
+  // iteration, join the save and return with stopped_by_signal (the
+  // preemption exit). An error fails the loop.
+  std::function<Result<bool>()> stop_requested = nullptr;
 };
 
 struct TrainLoopResult {
   int64_t start_iteration = 0;
   double step_seconds = 0;   // total time in Step
   bool stopped_early = false;  // stop_after_first_save fired
+  bool stopped_by_signal = false;  // stop_requested returned true: saved and left at that iteration
 };
 
 // "5,10,15" -> {5, 10, 15}; kInvalidArgument naming the bad item.

@@ -12,9 +12,13 @@ headlines of the measurement and of the negative control), generated here.
   evidence_check.py --write [--evidence F] [--seeds DIR]  regenerate values and rows from F
   evidence_check.py --drift OLD NEW                       compare two runs' numbers (timing-class values:
                                                           presence only, the machines differ)
+  evidence_check.py --merge RUN INTO                      put RUN's scenarios (an evidence.json of a run of
+                                                          some scenarios) into INTO, replacing same ids; each
+                                                          merged one keeps RUN's generated_at
 
 F defaults to seeds/level8/evidence/full.json: the evidence.json of the last
-full-size run (`ckpt scenario run --all --out DIR`, copied there).
+full-size run (`ckpt scenario run --all --out DIR`, copied there; a scenario
+merged in from a later run carries its own "generated_at", which its row shows).
 Tolerance (stated here, used by the check and by --drift): timing-class values
 (names ending in _s, _ms, _seconds, mb_per_s, ratio) may differ by a factor of
 TIMING_FACTOR; every other value (counts, bytes, booleans, strings, fractions)
@@ -52,6 +56,12 @@ VOLATILE = {
     # M115: what the surviving rank had written when its peer crashed depends on scheduling.
     "M115": {"nc.partial_iter20_dirs", "nc.torn_data_dirs", "nc.inplace_torn_elements", "nc.inplace_torn_fraction",
              "nc.partial_files"},
+    # M130: which of the waiting ranks waited longest depends on scheduling (the straggler itself does not).
+    "M130": {"longest_wait_rank"},
+    # M131: the iteration at which the signal lands (and so what was saved, resumed, or lost without the
+    # handler) depends on the step rate under load; steps lost WITH the handler (0) and retention are exact.
+    "M131": {"logged_at_signal", "saved_iteration", "summary_iteration", "resumed_from", "nc.rc",
+             "nc.logged_at_signal", "nc.last_logged", "nc.newest_committed", "nc.steps_lost"},
 }
 TAG_RE = re.compile(r"(`[^`]*`|[-+]?[0-9][0-9,]*(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|true|false|inf|nan)"
                     r"<!--ev:([A-Za-z0-9_.]+)(?::(\.[0-9][fe]))?-->")
@@ -100,7 +110,8 @@ def row(sid, sc, run_meta):
     size = "缩减规模 / reduced" if ev.get("reduced", run_meta.get("reduced")) else "完整规模 / full size"
     return "\n".join([
         "<!-- evidence:begin -->",
-        f"本机证据（{size}，{run_meta.get('generated_at', '?')}，{run_meta.get('cores', '?')} 核，{sc['wall_seconds']:.1f} s，"
+        f"本机证据（{size}，{sc.get('generated_at', run_meta.get('generated_at', '?'))}，{run_meta.get('cores', '?')} 核，"
+        f"{sc['wall_seconds']:.1f} s，"
         f"由 `scripts/harness/evidence_check.py --write` 从 seeds/level8/evidence/full.json 生成 / generated, do not edit）",
         "",
         "| | 中文 | English |",
@@ -172,14 +183,35 @@ def drift(old_path, new_path):
     return problems
 
 
+def merge(run_path, into_path):
+    """Adds / replaces the scenarios of one run in a committed evidence file."""
+    _, run = load(run_path)
+    _, into = load(into_path)
+    by_id = {sc["id"]: sc for sc in into["scenarios"]}
+    for sc in run["scenarios"]:
+        if bool(run.get("reduced")) != bool(into.get("reduced")):
+            raise SystemExit(f"evidence_check: {run_path} and {into_path} are of different sizes")
+        by_id[sc["id"]] = dict(sc, generated_at=run.get("generated_at", "?"))
+    into["scenarios"] = [by_id[k] for k in sorted(by_id)]
+    into["passed"] = sum(sc.get("runner_verdict") == "PASS" for sc in into["scenarios"])
+    into["total_seconds"] = sum(sc.get("wall_seconds", 0.0) for sc in into["scenarios"])
+    with open(into_path, "w", encoding="utf-8") as f:
+        json.dump(into, f, ensure_ascii=False, indent=2)
+        f.write("\n")
+    return []
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--evidence", default=os.path.join(ROOT, "seeds", "level8", "evidence", "full.json"))
     ap.add_argument("--seeds", default=os.path.join(ROOT, "seeds", "level8"))
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--drift", nargs=2, metavar=("OLD", "NEW"))
+    ap.add_argument("--merge", nargs=2, metavar=("RUN", "INTO"))
     a = ap.parse_args(argv)
-    if a.drift:
+    if a.merge:
+        problems = merge(*a.merge)
+    elif a.drift:
         problems = drift(*a.drift)
     else:
         scs, meta = load(a.evidence)

@@ -4,9 +4,12 @@
 // layout resolution with its errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <csignal>
 #include <thread>
 
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/workload/exit_signal.h"
 #include "ckpt/workload/job_setup.h"
 #include "ckpt/workload/train_loop.h"
 #include "reshard/gpt_config_json.h"
@@ -89,6 +92,43 @@ TEST(TrainLoopTest, StopsAfterTheFirstSaveAndJoinsIt) {
   EXPECT_EQ(w->iteration(), 3);
   EXPECT_EQ(rec.saved, (std::vector<int64_t>{3}));
   EXPECT_EQ(rec.finishes, 1);
+}
+
+// Preemption: once every rank agrees a signal came (stop_requested), the loop
+// saves that iteration - off the save schedule - joins it and leaves.
+TEST(TrainLoopTest, AnExitSignalSavesTheCurrentIterationAndLeaves) {
+  auto w = Rank("tp=1", 0);
+  w->Initialize();
+  LocalCollectives coll;
+  Recorder rec;
+  std::vector<std::string> log;
+  int asked = 0;
+  TrainLoopOptions o{.steps = 100, .save_every = 4, .log_interval = 2};
+  o.stop_requested = [&]() -> Result<bool> { return ++asked == 7; };
+  auto r = RunTrainLoop(*w, coll, rec, o, [&](const std::string& s) { log.push_back(s); });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->stopped_by_signal);
+  EXPECT_EQ(w->iteration(), 7);
+  EXPECT_EQ(rec.saved, (std::vector<int64_t>{4, 7}));  // the schedule's 4, then the signal's 7
+  EXPECT_EQ(rec.finishes, 1);
+  EXPECT_TRUE(TrainSummary(*w, *r)["exit_signal"].get<bool>());
+  EXPECT_EQ(std::count(log.begin(), log.end(), "train: iteration 6\n"), 1);
+  o.stop_requested = []() -> Result<bool> { return Status::Timeout("rank 1 did not answer"); };
+  EXPECT_EQ(RunTrainLoop(*w, coll, rec, o, nullptr).status().code(), Code::kTimeout);
+}
+
+TEST(ExitSignalTest, TheHandlerOnlySetsAFlagThatAnyRankSeesAndIsRestored) {
+  auto sig = ExitSignal::Install(SIGUSR2);
+  ASSERT_TRUE(sig.ok()) << sig.status().ToString();
+  EXPECT_EQ(ExitSignal::Install(SIGUSR2).status().code(), Code::kFailedPrecondition);
+  EXPECT_FALSE((*sig)->received());
+  LocalComm one;
+  EXPECT_FALSE(*(*sig)->AnyRankReceived(one, Millis(1000)));
+  ASSERT_EQ(std::raise(SIGUSR2), 0);  // the process survives: the handler only sets the flag
+  EXPECT_TRUE((*sig)->received());
+  EXPECT_TRUE(*(*sig)->AnyRankReceived(one, Millis(1000)));
+  sig->reset();
+  EXPECT_TRUE(ExitSignal::Install(SIGUSR2).ok());  // installable again once the first is gone
 }
 
 // Saves through the real protocol on the job's communicator.

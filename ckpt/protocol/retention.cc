@@ -1,0 +1,83 @@
+#include "ckpt/protocol/retention.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "ckpt/base/dir_lock.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/protocol/checkpoint.h"
+
+namespace ckpt {
+namespace {
+
+std::string RetiredNonce() {
+  std::random_device rd;
+  const uint64_t v = (uint64_t(rd()) << 32) ^ rd() ^
+                     uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return ProcessOwnerTag() + "-" + buf;
+}
+
+// Renames iter_N to a tmp name (so no reader can pick a half-deleted dir),
+// makes the rename durable, then removes the tree under its lease.
+Status Retire(Env* env, const std::string& root, int64_t iteration) {
+  const std::string from = JoinPath(root, IterDirName(iteration));
+  const std::string to = JoinPath(root, TmpIterDirName(iteration, RetiredNonce()));
+  CKPT_RETURN_IF_ERROR(env->RenameNoReplace(from, to));
+  CKPT_RETURN_IF_ERROR(env->SyncDir(root));
+  auto lease = DirLock::TryLock(to);  // a concurrent save's cleanup leaves a leased tmp dir alone
+  Status st = RemoveTree(env, to);
+  return st.ok() || st.code() == Code::kNotFound ? Status::Ok() : st;
+}
+
+}  // namespace
+
+Status ValidateRetention(const RetentionPolicy& p) {
+  if (p.keep_last < 0 || p.keep_every < 0)
+    return Status::InvalidArgument("retention: keep_last and keep_every must be >= 0 (got " +
+                                   std::to_string(p.keep_last) + ", " + std::to_string(p.keep_every) + ")");
+  return Status::Ok();
+}
+
+std::vector<int64_t> RetentionVictims(const std::vector<int64_t>& committed, int64_t newest,
+                                      const RetentionPolicy& p) {
+  std::vector<int64_t> older;
+  for (int64_t it : committed)
+    if (it < newest) older.push_back(it);
+  std::sort(older.begin(), older.end());
+  if (!p.enabled()) return {};
+  // The newest is kept by definition; keep_last counts it.
+  const size_t protect_newest = p.keep_last > 1 ? size_t(p.keep_last - 1) : 0;
+  std::vector<int64_t> victims;
+  for (size_t i = 0; i < older.size(); ++i) {
+    const bool recent = older.size() - i <= protect_newest;
+    const bool multiple = p.keep_every > 0 && older[i] % p.keep_every == 0;
+    if (!recent && !multiple) victims.push_back(older[i]);
+  }
+  return victims;
+}
+
+Result<RetentionResult> ApplyRetention(Env* env, const std::string& root, int64_t newest,
+                                       const RetentionPolicy& p) {
+  CKPT_RETURN_IF_ERROR(ValidateRetention(p));
+  env = env ? env : DefaultEnv();
+  CKPT_ASSIGN_OR_RETURN(int64_t tracked, ReadTracker(env, root));
+  CKPT_ASSIGN_OR_RETURN(int64_t latest, LatestIteration(env, root));
+  if (tracked != newest || latest != newest)
+    return Status::FailedPrecondition("retention skipped: iteration " + std::to_string(newest) +
+                                      " is not durable as the latest (tracker names " + std::to_string(tracked) +
+                                      ", latest committed is " + std::to_string(latest) + "); nothing deleted");
+  CKPT_ASSIGN_OR_RETURN(auto committed, ListIterations(env, root));
+  RetentionResult r;
+  for (int64_t it : RetentionVictims(committed, newest, p)) {
+    CKPT_RETURN_IF_ERROR(Retire(env, root, it).WithContext("retention: deleting " + IterDirName(it)));
+    r.deleted.push_back(it);
+  }
+  CKPT_ASSIGN_OR_RETURN(r.kept, ListIterations(env, root));
+  return r;
+}
+
+}  // namespace ckpt

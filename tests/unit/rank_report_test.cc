@@ -1,0 +1,60 @@
+// ReduceLoadReports: sums, maxima and the per-rank figures of a load job
+// (bytes read from disk and received per rank: the read-sharing balance).
+#include <gtest/gtest.h>
+
+#include "ckpt/workload/rank_report.h"
+
+namespace ckpt::workload {
+namespace {
+
+nlohmann::json Report(int64_t bytes, int64_t received) {
+  return {{"bytes", bytes}, {"received", received}, {"rounds", 1},  {"elements", 10}, {"bad", 0},
+          {"opt_bad", 0},   {"opt_elements", 0},    {"first_bad", ""}, {"files", 1},  {"rss_before", 100},
+          {"peak", 200},    {"extra", 100},         {"state", 50},   {"largest_shard", 25}, {"peak_reset", true}};
+}
+
+TEST(RankReport, LoadReportsKeepEachRanksReadAndReceivedBytes) {
+  auto r = ReduceLoadReports({Report(300, 100), Report(100, 300)});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["bytes"], 400);
+  EXPECT_EQ((*r)["received"], 400);
+  EXPECT_EQ((*r)["max_rank_bytes"], 300);
+  ASSERT_EQ((*r)["per_rank"].size(), 2u);
+  EXPECT_EQ((*r)["per_rank"][0]["bytes"], 300);
+  EXPECT_EQ((*r)["per_rank"][1]["bytes"], 100);
+  EXPECT_EQ((*r)["per_rank"][1]["received"], 300);
+}
+
+TEST(RankReport, AReportWithoutReadBytesNamesTheRank) {
+  auto bad = Report(1, 1);
+  bad.erase("received");
+  auto r = ReduceLoadReports({Report(1, 1), bad});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("rank 1"), std::string::npos) << r.status().ToString();
+}
+
+nlohmann::json SaveReport(double write, double vote, double commit) {
+  return {{"bytes", 1000}, {"phases", {{"plan", 0.01}, {"write", write}, {"vote", vote}, {"commit", commit}}}};
+}
+
+// Rank 2 writes slowly: rank 0 waits for its vote, ranks 1 and 3 for the
+// outcome. The reduction names rank 2 from its write phase; rank 0's own
+// timings (write small, vote big) would blame the vote.
+TEST(RankReport, SaveReportsNameTheSlowWriterNotTheRankThatWaited) {
+  auto r = ReduceSaveReports({SaveReport(0.1, 2.0, 0.01), SaveReport(0.1, 0, 2.0), SaveReport(2.1, 0, 0.01),
+                              SaveReport(0.12, 0, 2.0)});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto& s = (*r)["straggler"];
+  EXPECT_EQ(s["rank"], 2);
+  EXPECT_EQ(s["phase"], "write");
+  EXPECT_DOUBLE_EQ(s["seconds"].get<double>(), 2.1);
+  EXPECT_DOUBLE_EQ(s["median_seconds"].get<double>(), 0.11);
+  EXPECT_GT(s["ratio"].get<double>(), 19.0);
+  EXPECT_NE(s["longest_wait_rank"], 2);
+  ASSERT_EQ((*r)["per_rank"].size(), 4u);
+  EXPECT_DOUBLE_EQ((*r)["per_rank"][0]["wait_s"].get<double>(), 2.01);
+  EXPECT_FALSE(ReduceSaveReports({SaveReport(1, 0, 0), {{"bytes", 1}}}).ok());
+}
+
+}  // namespace
+}  // namespace ckpt::workload
