@@ -27,7 +27,7 @@ using nlohmann::json;
 
 struct TrainFlags {
   std::string layout = "tp=1", model = "tiny", root, mode = "elementwise", save_at, nonfinite = "refuse";
-  std::string compression = "none";
+  std::string compression = "none", hash = "sha256";
   int64_t steps = 10, save_every = 0, inject_nan = -1, timeout_ms = 60000;
   workload::TrainConfig cfg;
   TrainSaveFlags save;
@@ -70,6 +70,7 @@ Result<SaveOptions> SaveTemplate(const Job& j, const TrainFlags& f) {
   SaveOptions o;
   CKPT_ASSIGN_OR_RETURN(o.nonfinite, workload::ParseNonFinitePolicy(f.nonfinite));
   CKPT_ASSIGN_OR_RETURN(o.write.codec.compression, ParseCompression(f.compression));
+  CKPT_ASSIGN_OR_RETURN(o.write.hash, ParseChunkHash(f.hash));
   o.root = f.root;
   o.comm = j.comm.get();
   o.timeout = Millis(f.timeout_ms);
@@ -194,6 +195,7 @@ void RegisterTrain(CLI::App& app, int* exit_code) {
                 "start a new run in a root holding newer iterations (refused by default: 'latest' would pick them)");
   cmd->add_option("--nonfinite", f->nonfinite, "NaN/Inf at save: refuse (default), warn or allow");
   cmd->add_option("--compress", f->compression, "none or zstd");
+  cmd->add_option("--hash", f->hash, "chunk hash of the saves: sha256 (default) or xxh3-128 (ckpt save --hash)");
   cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every checkpoint collective (> 0)")->check(CLI::PositiveNumber);
   cmd->add_flag("--async-save", f->save.async,
                 "save in the background (AsyncSaver on its own communicator; needs MPI_THREAD_MULTIPLE): "

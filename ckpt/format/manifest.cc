@@ -106,7 +106,7 @@ void ParseRecord(const json& j, const std::string& path, DatasetRecord* r) {
   for (size_t i = 0; i < chunks.size(); ++i) {
     const json& c = chunks[i];
     const std::string p = Idx(cp, i);
-    if (!c.is_array() || c.size() != 3) Bad(p, "chunk entry is not [file_offset, stored_size, sha256]");
+    if (!c.is_array() || c.size() != 3) Bad(p, "chunk entry is not [file_offset, stored_size, digest]");
     r->chunks.push_back({uint64_t(Int(c[0], p + ".file_offset", 0, INT64_MAX)),
                          uint64_t(Int(c[1], p + ".stored_size", 0, INT64_MAX)),
                          Kind(c[2], json::value_t::string, p + ".sha256").get<std::string>()});
@@ -188,8 +188,18 @@ void ParseObjects(const json& j, Manifest* m) {
 Status ParseBody(const json& j, Manifest* m) {
   if (!j.is_object() || StrAt(j, "format", "") != "ckpt") return Status::Corruption("not a ckpt manifest");
   m->format_version = int(IntAt(j, "format_version", "", INT32_MIN, INT32_MAX));
-  if (m->format_version != kFormatVersion)
-    return Status::FailedPrecondition("unsupported format_version " + std::to_string(m->format_version));
+  if (m->format_version != kFormatVersion && m->format_version != kFormatVersionChunkHash)
+    return Status::FailedPrecondition("unsupported format_version " + std::to_string(m->format_version) +
+                                      " (this build reads 1 and 2)");
+  if (m->format_version == kFormatVersion) {
+    if (j.contains("chunk_hash")) Bad("chunk_hash", "not allowed in format_version 1 (SHA-256 implied)");
+  } else {
+    const std::string name = StrAt(j, "chunk_hash", "");
+    Result<ChunkHash> h = ParseChunkHash(name);
+    if (!h.ok()) return Status::FailedPrecondition("chunk_hash: " + h.status().message());
+    if (*h == ChunkHash::kSha256) Bad("chunk_hash", "sha256 is written as format_version 1");
+    m->chunk_hash = *h;
+  }
   m->iteration = IntAt(j, "iteration", "", 0, kMaxIteration);
   m->layout = Kind(At(j, "layout", ""), json::value_t::object, "layout");
   m->metadata = Kind(At(j, "metadata", ""), json::value_t::object, "metadata");
@@ -216,7 +226,8 @@ int64_t Manifest::TotalTensorBytes() const {
 std::string SerializeManifest(const Manifest& m) {
   json j;
   j["format"] = "ckpt";
-  j["format_version"] = m.format_version;
+  j["format_version"] = FormatVersionOf(m.chunk_hash);
+  if (m.chunk_hash != ChunkHash::kSha256) j["chunk_hash"] = std::string(ChunkHashName(m.chunk_hash));
   j["iteration"] = m.iteration;
   j["layout"] = m.layout;
   j["metadata"] = m.metadata;
@@ -272,6 +283,8 @@ Result<Manifest> ParseManifest(std::string_view bytes, const std::string& path) 
   try {
     json j = json::parse("{" + std::string(body));
     Status st = ParseBody(j, &m);
+    if (st.code() == Code::kFailedPrecondition)  // an unknown version or hash: not damage
+      return Status::FailedPrecondition("manifest '" + path + "': " + st.message());
     if (!st.ok()) return corrupt(st.message());
   } catch (const FieldError& e) {
     return corrupt(e.what());

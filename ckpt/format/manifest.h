@@ -18,13 +18,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/base/chunk_hash.h"
 #include "ckpt/format/shard_file.h"
 #include "ckpt/base/sharded_tensor.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
 
+// Version 1: chunk digests are SHA-256 (no "chunk_hash" field). Version 2:
+// the "chunk_hash" field names the algorithm (ckpt/base/chunk_hash.h). A
+// SHA-256 checkpoint is written as version 1 (byte-identical to before), any
+// other hash as version 2, so that a reader that predates chunk_hash refuses
+// it by version instead of reporting every chunk as damaged.
 inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersionChunkHash = 2;
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kTrackerName = "latest_checkpointed_iteration.txt";
 
@@ -48,7 +55,8 @@ struct ManifestObject {
 };
 
 struct Manifest {
-  int format_version = kFormatVersion;
+  int format_version = kFormatVersion;  // as read; SerializeManifest writes FormatVersionOf(chunk_hash)
+  ChunkHash chunk_hash = ChunkHash::kSha256;  // of every ChunkRecord::sha256 (the digest, whatever the hash)
   int64_t iteration = 0;
   nlohmann::json layout = nlohmann::json::object();    // e.g. {"tp":4,"pp":1,"dp":1,...}
   nlohmann::json metadata = nlohmann::json::object();  // caller-defined (args, model config)
@@ -70,6 +78,8 @@ inline constexpr int64_t kMaxIteration = 999'999'999'999;
 // size exceeds stored_size * this bound is not a zstd encoding of it.
 inline constexpr uint64_t kMaxZstdExpansion = 32768;
 
+inline int FormatVersionOf(ChunkHash h) { return h == ChunkHash::kSha256 ? kFormatVersion : kFormatVersionChunkHash; }
+
 // Serialises with the self-hash line. Deterministic for equal manifests.
 std::string SerializeManifest(const Manifest& m);
 // Parses and verifies; `path` only names the file in errors. A manifest is
@@ -78,7 +88,9 @@ std::string SerializeManifest(const Manifest& m);
 // check of ValidateManifest but coverage runs (a rank's partial manifest, its
 // vote, covers only its own shards), all before any caller allocates or reads
 // by it. ReadManifest (checkpoint.h) adds coverage for committed manifests.
-// Failures are kCorruption naming the field ("tensors['w'].shards[0].file: ...").
+// Failures are kCorruption naming the field ("tensors['w'].shards[0].file: ..."),
+// except a format_version or chunk_hash this build does not know:
+// kFailedPrecondition (the manifest may be sound; this reader is too old).
 Result<Manifest> ParseManifest(std::string_view bytes, const std::string& path);
 // Consistency of every field with the others, in checked arithmetic
 // (manifest_check.cc): file names are plain names (no '/', "." or ".."),

@@ -128,6 +128,10 @@ struct LoadOptions {
   // committed iteration; LoadStats::skipped says what was skipped and why.
   bool fallback = false;
   int threads = kAutoThreads;  // read/verify/decode workers of this rank (auto: DefaultWorkerThreads(comm))
+  // Read-ahead: each worker keeps up to this many stored bytes of its next
+  // chunks requested from the Env (File::WillNeed) while it hashes and decodes
+  // the current one, so the disk and the cores work at once. 0: off.
+  int64_t prefetch_bytes = int64_t(32) << 20;
   // Read sharing (load_share.h): ranks of this communicator (e.g. the DP
   // group, or the whole job) that need the same stored chunk read it once;
   // the reader checks its hash and sends the stored bytes to the others.
