@@ -10,7 +10,7 @@
 //     (POSIX_FADV_DONTNEED: "evicted", which the host may still cache); beside
 //     them: pread of the same files (no hash) and each hash per core.
 //   ckpt_io_bench async <dir> [rounds]
-//     rank 0's state of the demo GPT at tp=2: one contiguous memcpy of its byte
+//     the demo GPT state (tp=1, 1.02 GB): one contiguous memcpy of its byte
 //     count, the tensor-by-tensor memcpy, the old per-tensor snapshot buffers,
 //     and AsyncSaver's blocking time: first save without and with Reserve, and
 //     steady state.
@@ -150,7 +150,7 @@ int Load(int64_t mib, const std::string& root, int rounds) {
         const std::string dir = root + "/" + IterDirName(iter);
         if (std::string(cache) == "evicted") Evict(dir);
         mbps[std::string("pread_") + cache].push_back(bytes / 1e6 / PreadSeconds(dir));  // same files, no hash
-        for (int64_t prefetch : {int64_t(0), int64_t(32) << 20}) {
+        for (int64_t prefetch : {int64_t(0), int64_t(8) << 20, int64_t(32) << 20}) {
           if (std::string(cache) == "evicted") Evict(dir);
           LoadOptions lo;
           lo.root = root;
@@ -160,7 +160,7 @@ int Load(int64_t mib, const std::string& root, int rounds) {
           auto r = LoadCheckpoint(s.sd, lo);
           if (!r.ok()) return Fail(r.status());
           const std::string name = std::string(iter == 1 ? "sha256" : "xxh3-128") + "_" + cache +
-                                   (prefetch ? "_readahead" : "_serial");
+                                   (prefetch ? "_readahead" + std::to_string(prefetch >> 20) + "M" : "_serial");
           mbps[name].push_back(bytes / 1e6 / Since(t0));
         }
       }
@@ -207,7 +207,7 @@ Result<std::vector<double>> AsyncBlocking(const ShardedStateDict& sd, const std:
 }
 
 int Async(const std::string& root, int rounds) {
-  auto pc = ParallelConfig::Parse("tp=2");
+  auto pc = ParallelConfig::Parse("tp=1");
   auto model = reshard::GptPreset("demo");
   if (!pc.ok() || !model.ok()) return Fail(Status::InvalidArgument("bad setup"));
   auto coords = CoordsOf(*pc, 0);

@@ -65,7 +65,7 @@ void PrefetchAhead(const Manifest& m, const ChunkPlan& cp, size_t i, size_t end,
 }
 
 // Reads, checks and scatters chunks order[begin, end) with its own reader,
-// reading ahead (opts.prefetch_bytes) while it hashes and decodes.
+// reading ahead (opts.prefetch_bytes, when set) while it hashes and decodes.
 Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, size_t begin, size_t end,
                      int64_t prefetch_bytes, ChunkReader& reader, const std::atomic<bool>& stop, int64_t* elements) {
   size_t ahead = begin;  // chunk `begin` is read at once: no hint for it
