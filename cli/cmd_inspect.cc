@@ -38,6 +38,7 @@ nlohmann::json ToJson(const Manifest& m, const std::string& root) {
   j["root"] = root;
   j["iteration"] = m.iteration;
   j["format_version"] = m.format_version;
+  j["chunk_hash"] = std::string(ChunkHashName(m.chunk_hash));
   j["layout"] = m.layout;
   j["metadata"] = m.metadata;
   j["files"] = nlohmann::json::array();
@@ -56,8 +57,8 @@ nlohmann::json ToJson(const Manifest& m, const std::string& root) {
 }
 
 void PrintText(const Manifest& m, const std::string& root) {
-  std::printf("checkpoint %s  iteration %lld  format v%d\n", root.c_str(), static_cast<long long>(m.iteration),
-              m.format_version);
+  std::printf("checkpoint %s  iteration %lld  format v%d  chunk hash %s\n", root.c_str(),
+              static_cast<long long>(m.iteration), m.format_version, std::string(ChunkHashName(m.chunk_hash)).c_str());
   std::printf("layout   %s\n", m.layout.dump().c_str());
   if (!m.metadata.empty()) std::printf("metadata %s\n", m.metadata.dump().c_str());
   std::printf("files    %zu shard files, %lld bytes\n", m.files.size(), static_cast<long long>(m.TotalStoredBytes()));

@@ -1,11 +1,10 @@
 // ckpt train: the deterministic training workload (ckpt/workload/) as a real
-// multi-rank job under mpirun. The loop, the schedule and the summary are
-// library code (ckpt/workload/train_loop.h); this file parses the options,
-// starts the job (MPI, layout, model, workload, saver: cli/train_saver.h) and
-// prints. Developer switches (negative controls, a simulated kill after a
-// save, a NaN fault) are hidden options, see AddDeveloperSwitches; the
-// saving options (async, faults, retention) are in cli/train_options.cc.
-// --exit-signal-handler: SIGTERM to any rank -> all save and exit (exit_signal.h).
+// multi-rank job under mpirun. Loop, schedule and summary are library code
+// (ckpt/workload/train_loop.h); this file parses the options, starts the job
+// (MPI, layout, model, workload, saver: cli/train_saver.h) and prints. Hidden
+// developer switches (negative controls, a kill after a save, a NaN fault):
+// AddDeveloperSwitches; saving options (async, faults, hash, retention):
+// cli/train_options.cc; --exit-signal-handler: ckpt/workload/exit_signal.h.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -72,6 +71,7 @@ Result<SaveOptions> SaveTemplate(const Job& j, const TrainFlags& f) {
   SaveOptions o;
   CKPT_ASSIGN_OR_RETURN(o.nonfinite, workload::ParseNonFinitePolicy(f.nonfinite));
   CKPT_ASSIGN_OR_RETURN(o.write.codec.compression, ParseCompression(f.compression));
+  CKPT_ASSIGN_OR_RETURN(o.write.hash, ParseChunkHash(f.save.hash));
   o.root = f.root;
   o.comm = j.comm.get();
   o.timeout = Millis(f.timeout_ms);

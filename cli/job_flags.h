@@ -14,7 +14,7 @@ namespace ckpt::cli {
 
 struct JobFlags {
   std::string root, model, layout = "tp=1", compression = "none", optimizer, share_reads = "dp",
-              share_transport = "mpi", strict = "all", faults;
+              share_transport = "mpi", strict = "all", faults, hash = "sha256";
   int64_t iteration = -1;
   int64_t share_round_mb = 64;
   int64_t bucket_elems = -1;

@@ -25,6 +25,7 @@ void AddTrainSaveOptions(CLI::App* cmd, TrainSaveFlags* f) {
   cmd->add_option("--faults", f->faults,
                   "fault plan for the saves (faults/fault_spec.h; one FaultEnv for the job: nth counts over saves)");
   cmd->add_option("--faults-log", f->faults_log, "append one JSON line per fired fault to this file");
+  cmd->add_option("--hash", f->hash, "chunk hash of the saves: sha256 (default) or xxh3-128 (ckpt save --hash)");
   cmd->add_option("--save-retain-interval", f->retention.keep_every,
                   "retention: after each committed save delete older iterations except multiples of K "
                   "(Megatron-LM's flag) and the --keep-last newest; the newest is never deleted");

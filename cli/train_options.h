@@ -13,7 +13,7 @@ namespace ckpt::cli {
 // --lr-decay, --lr-style.
 void AddTrainConfigOptions(CLI::App* cmd, workload::TrainConfig* c);
 
-// --async-save, --snapshot-memory, --faults, --faults-log,
+// --async-save, --snapshot-memory, --faults, --faults-log, --hash,
 // --save-retain-interval, --keep-last, and the hidden async developer
 // switches (--async-no-snapshot, --async-delay-ms).
 void AddTrainSaveOptions(CLI::App* cmd, TrainSaveFlags* f);

@@ -124,6 +124,7 @@ Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, 
   if (st.joined_previous) log = Joined(st.previous, iteration_now);
   rows_.push_back({{"iteration", iteration}, {"mode", !flags_.no_snapshot ? "async" : "async-no-snapshot"},
                    {"wait_previous_seconds", st.wait_previous_seconds}, {"snapshot_seconds", st.snapshot_seconds},
+                   {"allocate_seconds", st.allocate_seconds},
                    {"blocking_seconds", st.blocking_seconds()}, {"snapshot_bytes", st.snapshot_bytes},
                    {"state_bytes", sd.TotalBytes()}, {"delay_ms", flags_.delay_ms}});
   pending_row_ = int64_t(rows_.size()) - 1;

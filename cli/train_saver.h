@@ -60,6 +60,7 @@ struct TrainSaveFlags {
   std::string snapshot_memory = "host";  // host or pinned (the GPU path, ckpt/gpu/gpu.h)
   std::string faults;        // fault plan text (faults/fault_spec.h), "" = none
   std::string faults_log;    // event log of fired faults (one JSON line each)
+  std::string hash = "sha256";  // chunk hash of the saves (ckpt/base/chunk_hash.h names)
   RetentionPolicy retention; // after each committed save, rank 0 deletes what the policy says (retention.h)
 };
 

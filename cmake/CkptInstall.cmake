@@ -16,6 +16,7 @@ include(CMakePackageConfigHelpers)
 
 set(CKPT_PUBLIC_HEADERS
   ckpt/base/status.h ckpt/base/dtype.h ckpt/base/sharded_tensor.h ckpt/base/env.h ckpt/base/comm.h
+  ckpt/base/chunk_hash.h
   ckpt/format/codec.h ckpt/format/shard_file.h ckpt/format/manifest.h
   reshard/intersect.h reshard/read_plan.h
   ckpt/protocol/checkpoint.h ckpt/protocol/async_save.h ckpt/protocol/snapshot_memory.h
@@ -39,6 +40,8 @@ add_library(ckpt_dep_hdf5 INTERFACE)
 target_link_libraries(ckpt_dep_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
 add_library(ckpt_dep_zstd INTERFACE)
 target_link_libraries(ckpt_dep_zstd INTERFACE ${ZSTD_LINK_LIBRARIES})
+add_library(ckpt_dep_xxhash INTERFACE)
+target_link_libraries(ckpt_dep_xxhash INTERFACE ${XXHASH_LINK_LIBRARIES})
 add_library(ckpt_dep_mpi INTERFACE)
 foreach(prop INCLUDE_DIRECTORIES LINK_LIBRARIES COMPILE_OPTIONS COMPILE_DEFINITIONS LINK_OPTIONS)
   get_target_property(v MPI::MPI_C INTERFACE_${prop})
@@ -46,7 +49,7 @@ foreach(prop INCLUDE_DIRECTORIES LINK_LIBRARIES COMPILE_OPTIONS COMPILE_DEFINITI
     set_property(TARGET ckpt_dep_mpi PROPERTY INTERFACE_${prop} ${v})
   endif()
 endforeach()
-foreach(dep hdf5 zstd mpi)
+foreach(dep hdf5 zstd xxhash mpi)
   set_target_properties(ckpt_dep_${dep} PROPERTIES EXPORT_NAME dep_${dep})
 endforeach()
 
@@ -74,7 +77,7 @@ foreach(kind SHARED STATIC)
   string(TOLOWER ${kind} k)
   ckpt_package_library(ckpt_${k} ${kind} ckpt "${CKPT_CORE_OBJECTS}")
   target_link_libraries(ckpt_${k} PUBLIC Threads::Threads nlohmann_json::nlohmann_json
-                        PRIVATE ckpt_dep_hdf5 ckpt_dep_zstd OpenSSL::Crypto)
+                        PRIVATE ckpt_dep_hdf5 ckpt_dep_zstd ckpt_dep_xxhash OpenSSL::Crypto)
   ckpt_package_library(ckpt_mpi_${k} ${kind} ckpt_mpi "$<TARGET_OBJECTS:ckpt_mpi>")
   target_link_libraries(ckpt_mpi_${k} PUBLIC ckpt_${k} ckpt_dep_mpi)
   target_compile_definitions(ckpt_mpi_${k} PUBLIC OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
@@ -85,7 +88,7 @@ set_target_properties(ckpt_mpi_shared PROPERTIES EXPORT_NAME mpi)
 set_target_properties(ckpt_mpi_static PROPERTIES EXPORT_NAME mpi_static)
 
 install(TARGETS ckpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS ckpt_shared ckpt_static ckpt_mpi_shared ckpt_mpi_static ckpt_dep_hdf5 ckpt_dep_zstd
+install(TARGETS ckpt_shared ckpt_static ckpt_mpi_shared ckpt_mpi_static ckpt_dep_hdf5 ckpt_dep_zstd ckpt_dep_xxhash
                 ckpt_dep_mpi EXPORT ckptTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -43,6 +43,13 @@ class File {
   virtual Status Sync() = 0;
   // Releases the descriptor. Idempotent. Does not sync.
   virtual Status Close() = 0;
+  // Hint: [offset, offset+bytes) will be read soon - start reading it in the
+  // background (POSIX: posix_fadvise WILLNEED). Never fails, never blocks on
+  // the data; the default ignores it (decorators need not forward it).
+  virtual void WillNeed(uint64_t offset, uint64_t bytes) {
+    (void)offset;
+    (void)bytes;
+  }
 };
 
 struct FileInfo {

@@ -55,6 +55,10 @@ class PosixFile final : public File {
     return done;
   }
 
+  void WillNeed(uint64_t offset, uint64_t bytes) override {
+    if (fd_ >= 0) (void)::posix_fadvise(fd_, off_t(offset), off_t(bytes), POSIX_FADV_WILLNEED);
+  }
+
   Status PWrite(uint64_t offset, std::span<const std::byte> src) override {
     size_t done = 0;
     while (done < src.size()) {

@@ -1,12 +1,24 @@
 #include "ckpt/format/chunk_reader.h"
 
+#include <algorithm>
+
+#include "ckpt/base/chunk_hash.h"
 #include "ckpt/format/codec.h"
-#include "ckpt/base/sha256.h"
 
 namespace ckpt {
 
 ChunkReader::ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes)
-    : env_(env), dir_(std::move(dir)), manifest_(manifest), verify_(verify_hashes) {}
+    : env_(env), dir_(std::move(dir)), manifest_(manifest), verify_(verify_hashes) {
+  if (verify_) hasher_ = std::make_unique<ChunkHasher>(manifest_->chunk_hash);
+}
+
+ChunkReader::~ChunkReader() = default;
+
+void ChunkReader::Prefetch(int file, const DatasetRecord& rec, int64_t chunk) {
+  auto it = files_.find(file);  // only files already open: a hint never changes which files open when
+  if (it == files_.end() || chunk < 0 || size_t(chunk) >= rec.chunks.size()) return;
+  it->second->WillNeed(rec.chunks[size_t(chunk)].file_offset, rec.chunks[size_t(chunk)].stored_size);
+}
 
 std::string ChunkReader::FilePath(int file) const { return JoinPath(dir_, manifest_->files.at(file).name); }
 
@@ -43,14 +55,20 @@ Result<std::span<const std::byte>> ChunkReader::ReadStored(int file, const Datas
   if (chunk < 0 || size_t(chunk) >= rec.chunks.size()) return Status::Internal(where() + ": chunk index out of range");
   const ChunkRecord& c = rec.chunks[chunk];
   stored_.resize(c.stored_size);
-  CKPT_ASSIGN_OR_RETURN(size_t n, f->PRead(c.file_offset, stored_));
-  if (n != c.stored_size) return Status::Corruption(where() + ": short read (file truncated)");
-  bytes_read_ += int64_t(n);
+  if (verify_) hasher_->Reset();
+  for (size_t off = 0; off < stored_.size(); off += kReadBlockBytes) {
+    const std::span<std::byte> block = std::span<std::byte>(stored_).subspan(off, std::min(kReadBlockBytes, stored_.size() - off));
+    CKPT_ASSIGN_OR_RETURN(size_t n, f->PRead(c.file_offset + off, block));
+    if (n != block.size()) return Status::Corruption(where() + ": short read (file truncated)");
+    if (verify_) hasher_->Update(block);  // now, while the block is in cache
+  }
+  bytes_read_ += int64_t(stored_.size());
   ++chunks_read_;
   if (verify_) {
-    std::string got = Sha256Hex(stored_);
+    std::string got = hasher_->FinishHex();
     if (got != c.sha256)
-      return Status::Corruption(where() + ": sha256 mismatch (manifest " + c.sha256 + ", data " + got + ")");
+      return Status::Corruption(where() + ": " + std::string(ChunkHashName(manifest_->chunk_hash)) +
+                                " mismatch (manifest " + c.sha256 + ", data " + got + ")");
   }
   return std::span<const std::byte>(stored_);
 }

@@ -1,9 +1,13 @@
 // ChunkReader: reads stored chunks of one committed checkpoint directory,
-// checks their SHA-256 against the manifest and decodes them.
+// checks their digest (the manifest's chunk_hash: SHA-256 or XXH3-128)
+// against the manifest and decodes them.
 //
 // Reads go straight to the chunk's recorded byte range through the Env (the
 // manifest records each chunk's file offset and stored size; the hash makes
-// that safe). Errors are kCorruption / kNotFound naming the file, tensor (or
+// that safe), in blocks of kReadBlockBytes, each hashed as soon as it is read
+// (while it is still in the core's cache) rather than after the whole chunk.
+// Prefetch() asks the Env to start reading a chunk in the background, so the
+// disk works on the next chunk while this thread hashes and decodes. Errors are kCorruption / kNotFound naming the file, tensor (or
 // object) and chunk index. Files are opened lazily and kept open.
 // Not thread-safe: one reader per thread.
 #pragma once
@@ -14,15 +18,23 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/base/chunk_hash.h"
 #include "ckpt/base/env.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
 
+inline constexpr size_t kReadBlockBytes = size_t(256) << 10;
+
 class ChunkReader {
  public:
   ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes);
+  ~ChunkReader();
+
+  // Hint that chunk `chunk` of `rec` in `file` is read soon (File::WillNeed),
+  // if that file is open already (a hint opens nothing). Never fails.
+  void Prefetch(int file, const DatasetRecord& rec, int64_t chunk);
 
   // Stored bytes of chunk `chunk` of `rec` in manifest file `file`, hash-checked.
   // `what` names the tensor or object in errors. The span lives until the next call.
@@ -46,6 +58,7 @@ class ChunkReader {
   std::string dir_;
   const Manifest* manifest_;
   bool verify_;
+  std::unique_ptr<ChunkHasher> hasher_;  // of manifest->chunk_hash, when verifying
   std::map<int, std::unique_ptr<File>> files_;
   std::vector<std::byte> stored_, decoded_;
   int64_t bytes_read_ = 0, chunks_read_ = 0;

@@ -106,7 +106,7 @@ void ParseRecord(const json& j, const std::string& path, DatasetRecord* r) {
   for (size_t i = 0; i < chunks.size(); ++i) {
     const json& c = chunks[i];
     const std::string p = Idx(cp, i);
-    if (!c.is_array() || c.size() != 3) Bad(p, "chunk entry is not [file_offset, stored_size, sha256]");
+    if (!c.is_array() || c.size() != 3) Bad(p, "chunk entry is not [file_offset, stored_size, digest]");
     r->chunks.push_back({uint64_t(Int(c[0], p + ".file_offset", 0, INT64_MAX)),
                          uint64_t(Int(c[1], p + ".stored_size", 0, INT64_MAX)),
                          Kind(c[2], json::value_t::string, p + ".sha256").get<std::string>()});
@@ -193,6 +193,12 @@ Status ParseBody(const json& j, Manifest* m) {
     return Status::FailedPrecondition("unsupported format_version " + std::to_string(m->format_version) +
                                       " (this build reads " + std::to_string(kOldestFormatVersion) + " to " +
                                       std::to_string(kFormatVersion) + ")");
+  if (j.contains("chunk_hash")) {  // optional from version 2; absent = SHA-256
+    if (m->format_version < 2) Bad("chunk_hash", "not allowed in format_version 1 (SHA-256 implied)");
+    Result<ChunkHash> h = ParseChunkHash(StrAt(j, "chunk_hash", ""));
+    if (!h.ok()) return Status::FailedPrecondition("chunk_hash: " + h.status().message());
+    m->chunk_hash = *h;
+  }
   m->iteration = IntAt(j, "iteration", "", 0, kMaxIteration);
   m->layout = Kind(At(j, "layout", ""), json::value_t::object, "layout");
   m->metadata = Kind(At(j, "metadata", ""), json::value_t::object, "metadata");
@@ -220,6 +226,7 @@ std::string SerializeManifest(const Manifest& m) {
   json j;
   j["format"] = "ckpt";
   j["format_version"] = m.format_version;
+  if (m.chunk_hash != ChunkHash::kSha256) j["chunk_hash"] = std::string(ChunkHashName(m.chunk_hash));
   j["iteration"] = m.iteration;
   j["layout"] = m.layout;
   j["metadata"] = m.metadata;
@@ -279,6 +286,8 @@ Result<Manifest> ParseManifest(std::string_view bytes, const std::string& path) 
   try {
     json j = json::parse("{" + std::string(body));
     Status st = ParseBody(j, &m);
+    if (st.code() == Code::kFailedPrecondition)  // an unknown version or hash: not damage
+      return Status::FailedPrecondition("manifest '" + path + "': " + st.message());
     if (!st.ok()) return corrupt(st.message());
   } catch (const FieldError& e) {
     return corrupt(e.what());

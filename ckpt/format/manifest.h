@@ -18,14 +18,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/base/chunk_hash.h"
 #include "ckpt/format/shard_file.h"
 #include "ckpt/base/sharded_tensor.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
 
-// 2: files[].meta_sha256 (the hash of each shard file's bytes outside its
-// chunks, file_meta_hash.h). Readers accept 1..kFormatVersion.
+// 1: the first version (SHA-256 chunk digests, no "chunk_hash").
+// 2: files[].meta_sha256 (always SHA-256 of each shard file's bytes outside
+// its chunks, file_meta_hash.h) and the optional "chunk_hash" member naming
+// the per-chunk digest algorithm (ckpt/base/chunk_hash.h; absent = SHA-256,
+// and writers omit it for SHA-256). Readers accept 1..kFormatVersion.
 inline constexpr int kFormatVersion = 2;
 inline constexpr int kOldestFormatVersion = 1;
 inline constexpr const char* kManifestName = "manifest.json";
@@ -52,7 +56,8 @@ struct ManifestObject {
 };
 
 struct Manifest {
-  int format_version = kFormatVersion;
+  int format_version = kFormatVersion;  // as read; SerializeManifest writes it (new manifests: kFormatVersion)
+  ChunkHash chunk_hash = ChunkHash::kSha256;  // of every ChunkRecord::sha256 (the digest, whatever the hash)
   int64_t iteration = 0;
   nlohmann::json layout = nlohmann::json::object();    // e.g. {"tp":4,"pp":1,"dp":1,...}
   nlohmann::json metadata = nlohmann::json::object();  // caller-defined (args, model config)
@@ -82,7 +87,9 @@ std::string SerializeManifest(const Manifest& m);
 // check of ValidateManifest but coverage runs (a rank's partial manifest, its
 // vote, covers only its own shards), all before any caller allocates or reads
 // by it. ReadManifest (checkpoint.h) adds coverage for committed manifests.
-// Failures are kCorruption naming the field ("tensors['w'].shards[0].file: ...").
+// Failures are kCorruption naming the field ("tensors['w'].shards[0].file: ..."),
+// except a format_version or chunk_hash this build does not know:
+// kFailedPrecondition (the manifest may be sound; this reader is too old).
 Result<Manifest> ParseManifest(std::string_view bytes, const std::string& path);
 // Consistency of every field with the others, in checked arithmetic
 // (manifest_check.cc): file names are plain names (no '/', "." or ".."),

@@ -30,8 +30,8 @@ Result<int64_t> CheckedElements(const Shape& shape, const std::string& field) {
   return n;
 }
 
-bool IsSha256Hex(const std::string& h) {
-  return h.size() == 64 &&
+bool IsLowerHex(const std::string& h, size_t digits) {
+  return h.size() == digits &&
          std::all_of(h.begin(), h.end(), [](char x) { return (x >= '0' && x <= '9') || (x >= 'a' && x <= 'f'); });
 }
 
@@ -45,7 +45,7 @@ Status CheckFiles(const Manifest& m) {
       return Status::Corruption(p + ": '" + n.substr(0, 80) + "' is not a plain file name in the iteration directory");
     if (!names.insert(n).second) return Status::Corruption(p + ": '" + n + "' is listed twice");
     if (m.files[i].size > uint64_t(INT64_MAX)) return Status::Corruption("files[" + N(i) + "].size: out of range");
-    if (m.format_version >= 2 && !IsSha256Hex(m.files[i].meta_sha256))
+    if (m.format_version >= 2 && !IsLowerHex(m.files[i].meta_sha256, 64))
       return Status::Corruption("files[" + N(i) + "].meta_sha256: not 64 lowercase hex digits");
   }
   return Status::Ok();
@@ -53,7 +53,9 @@ Status CheckFiles(const Manifest& m) {
 
 // The chunk layout of a dataset of `dims` (ShardFileWriter's PlanLayout):
 // chunks of c0 whole rows, c0 in [1, dims[0]], ceil(dims[0] / c0) of them.
-Status CheckChunkLayout(const DatasetRecord& r, const Shape& dims, size_t elem_size, const std::string& p) {
+Status CheckChunkLayout(const DatasetRecord& r, const Shape& dims, size_t elem_size, ChunkHash hash,
+                        const std::string& p) {
+  const size_t digits = ChunkHashHexDigits(hash);
   int64_t row = 1;
   for (size_t i = 1; i < dims.size(); ++i) row *= dims[i];  // no overflow: the box's count fits
   const int64_t rows = dims.empty() ? 1 : dims[0];
@@ -83,8 +85,9 @@ Status CheckChunkLayout(const DatasetRecord& r, const Shape& dims, size_t elem_s
         (ch.stored_size == 0 || uint64_t(raw) / kMaxZstdExpansion > ch.stored_size))
       return Status::Corruption(cp + ".stored_size: " + N(ch.stored_size) + " bytes cannot hold a zstd frame of " +
                                 N(raw) + " bytes (chunk_elems " + std::to_string(r.chunk_elems) + ")");
-    if (!IsSha256Hex(ch.sha256))
-      return Status::Corruption(cp + ".sha256: not 64 lowercase hex digits");
+    if (!IsLowerHex(ch.sha256, digits))
+      return Status::Corruption(cp + "." + std::string(ChunkHashName(hash)) + ": not " + N(digits) +
+                                " lowercase hex digits");
   }
   return Status::Ok();
 }
@@ -126,7 +129,7 @@ class ChunkRanges {
   std::map<int, std::vector<Range>> ranges_;
 };
 
-Status CheckShard(const ManifestShard& s, const std::string& p) {
+Status CheckShard(const ManifestShard& s, ChunkHash hash, const std::string& p) {
   const ShardedTensor& t = s.meta;
   const std::string tp = "tensors['" + t.key + "']";
   if (t.key.empty()) return Status::Corruption("tensors: empty key");
@@ -151,10 +154,10 @@ Status CheckShard(const ManifestShard& s, const std::string& p) {
                               std::to_string(t.flat_range->end) + ") outside the box of " + std::to_string(box) +
                               " elements");
   const Shape dims = t.flat_range ? Shape{t.flat_range->size()} : t.local_shape.empty() ? Shape{1} : t.local_shape;
-  return CheckChunkLayout(s.record, dims, DTypeSize(t.dtype), p);
+  return CheckChunkLayout(s.record, dims, DTypeSize(t.dtype), hash, p);
 }
 
-Status CheckObject(const ManifestObject& o, const std::string& p) {
+Status CheckObject(const ManifestObject& o, ChunkHash hash, const std::string& p) {
   const std::string op = "objects['" + o.meta.key + "']";
   if (o.meta.key.empty()) return Status::Corruption("objects: empty key");
   CKPT_ASSIGN_OR_RETURN(int64_t cells, CheckedElements(o.meta.global_shape, op + ".global_shape"));
@@ -166,7 +169,7 @@ Status CheckObject(const ManifestObject& o, const std::string& p) {
       return Status::Corruption(p + ".global_offset: " + ShapeToString(o.meta.global_offset) + " outside the grid " +
                                 ShapeToString(o.meta.global_shape));
   if (o.size > uint64_t(INT64_MAX)) return Status::Corruption(p + ".size: out of range");
-  return CheckChunkLayout(o.record, Shape{int64_t(o.size)}, 1, p);
+  return CheckChunkLayout(o.record, Shape{int64_t(o.size)}, 1, hash, p);
 }
 
 Status CheckCoverageOfAll(const Manifest& m) {
@@ -195,14 +198,14 @@ Status ValidateManifestFields(const Manifest& m) {
   for (const auto& s : m.shards) {
     const std::string p = "tensors['" + s.meta.key + "'].shards[" + N(seen[s.meta.key]++) + "]";
     if (s.file < 0 || size_t(s.file) >= m.files.size()) return Status::Corruption(p + ".file: no file " + N(s.file));
-    CKPT_RETURN_IF_ERROR(CheckShard(s, p));
+    CKPT_RETURN_IF_ERROR(CheckShard(s, m.chunk_hash, p));
     CKPT_RETURN_IF_ERROR(ranges.Add(s.file, s.record, p));
   }
   seen.clear();
   for (const auto& o : m.objects) {
     const std::string p = "objects['" + o.meta.key + "'].shards[" + N(seen[o.meta.key]++) + "]";
     if (o.file < 0 || size_t(o.file) >= m.files.size()) return Status::Corruption(p + ".file: no file " + N(o.file));
-    CKPT_RETURN_IF_ERROR(CheckObject(o, p));
+    CKPT_RETURN_IF_ERROR(CheckObject(o, m.chunk_hash, p));
     CKPT_RETURN_IF_ERROR(ranges.Add(o.file, o.record, p));
   }
   return ranges.CheckOverlaps();

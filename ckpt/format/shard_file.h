@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/base/chunk_hash.h"
 #include "ckpt/format/codec.h"
 #include "ckpt/base/comm.h"
 #include "ckpt/base/env.h"
@@ -63,7 +64,7 @@ namespace ckpt {
 struct ChunkRecord {
   uint64_t file_offset = 0;  // byte address of the stored chunk in the file
   uint64_t stored_size = 0;  // stored (encoded) bytes
-  std::string sha256;        // hex digest of the stored bytes
+  std::string sha256;        // hex digest of the stored bytes under the checkpoint's ChunkHash (SHA-256 by default)
 };
 
 struct DatasetRecord {
@@ -81,6 +82,9 @@ struct ShardWriteOptions {
   // kAutoThreads: DefaultWorkerThreads of the saving job's Comm
   // (SaveCheckpoint), or of one rank for a writer used alone.
   int encode_threads = kAutoThreads;
+  // Digest of every stored chunk (ChunkRecord::sha256). One per checkpoint:
+  // the manifest records it (Manifest::chunk_hash); SHA-256 unless chosen.
+  ChunkHash hash = ChunkHash::kSha256;
 };
 
 // What a writer's pipeline did (for tests and benchmarks).
@@ -102,7 +106,8 @@ class ShardFileWriter {
 
   Result<DatasetRecord> WriteTensor(const ShardedTensor& meta, std::span<const std::byte> data,
                                     const ShardWriteOptions& opts);
-  Result<DatasetRecord> WriteObject(const ShardedObject& meta, std::span<const std::byte> bytes);
+  Result<DatasetRecord> WriteObject(const ShardedObject& meta, std::span<const std::byte> bytes,
+                                    ChunkHash hash = ChunkHash::kSha256);
 
   // Closes HDF5, fsyncs and closes the file. Any error: the save must abort.
   Status Finish();

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "ckpt/format/chunk_pipeline.h"
-#include "ckpt/base/sha256.h"
+#include "ckpt/base/chunk_hash.h"
 #include "ckpt/format/shard_file.h"
 #include "ckpt/format/shard_file_internal.h"
 
@@ -42,9 +42,9 @@ struct PreparedChunk {
   std::span<const std::byte> bytes() const { return owned.empty() ? view : std::span<const std::byte>(owned); }
 };
 
-// Pads (edge chunk), encodes (codec non-null: zstd) and hashes chunk i. Pure.
+// Pads (edge chunk), encodes (codec non-null: zstd) and hashes chunk i with `hash`. Pure.
 Result<PreparedChunk> PrepareChunk(std::span<const std::byte> data, size_t chunk_bytes, size_t elem_size,
-                                   int64_t i, const CodecOptions* codec) {
+                                   int64_t i, const CodecOptions* codec, ChunkHash hash) {
   PreparedChunk p;
   size_t begin = size_t(i) * chunk_bytes;
   p.view = data.subspan(begin, std::min(chunk_bytes, data.size() - begin));
@@ -57,7 +57,7 @@ Result<PreparedChunk> PrepareChunk(std::span<const std::byte> data, size_t chunk
   }
   if (p.bytes().size() > kMaxChunkBytes) return Status::InvalidArgument("stored chunk exceeds 4 GiB");
   p.record.stored_size = p.bytes().size();
-  p.record.sha256 = Sha256Hex(p.bytes());
+  p.record.sha256 = ChunkHashHex(hash, p.bytes());
   return p;
 }
 
@@ -73,6 +73,7 @@ struct ShardFileWriter::Impl {
   uint64_t size = 0;
   std::unique_ptr<ChunkPipeline> pipeline;  // created by the first tensor, for its thread count
   ShardWriteStats stats;
+  ChunkHash hash = ChunkHash::kSha256;  // of the dataset being written (set by WriteTensor/WriteObject)
   std::atomic<uint64_t> buffered{0};  // bytes owned by prepared, unstored chunks
   std::atomic<uint64_t> peak_buffered{0};
 
@@ -227,7 +228,7 @@ Status ShardFileWriter::Impl::WriteChunks(hid_t dset, const std::string& name, c
   std::vector<PreparedChunk> slots(static_cast<size_t>(window));
   rec->chunks.reserve(size_t(l.num_chunks));
   auto prepare = [&](int64_t i) -> Status {  // on a worker (or here when serial)
-    Result<PreparedChunk> p = PrepareChunk(data, chunk_bytes, l.elem_size, i, encode);
+    Result<PreparedChunk> p = PrepareChunk(data, chunk_bytes, l.elem_size, i, encode, hash);
     if (!p.ok()) return p.status().WithContext("preparing chunk " + std::to_string(i) + " of " + Where(name));
     Hold(p->owned.capacity());
     slots[size_t(i % window)] = std::move(p).value();
@@ -308,11 +309,12 @@ Result<DatasetRecord> ShardFileWriter::WriteTensor(const ShardedTensor& meta,
            PutIntAttr(d, "allow_shape_mismatch", meta.allow_shape_mismatch, H5T_STD_U8LE);
   };
   const int threads = opts.encode_threads == kAutoThreads ? DefaultWorkerThreads(nullptr) : opts.encode_threads;
+  impl_->hash = opts.hash;
   return impl_->WriteDataset(name, l, meta.dtype, opts.codec, threads, data, put_attrs);
 }
 
 Result<DatasetRecord> ShardFileWriter::WriteObject(const ShardedObject& meta,
-                                                   std::span<const std::byte> bytes) {
+                                                   std::span<const std::byte> bytes, ChunkHash hash) {
   const std::string name = ObjectDatasetName(meta);
   if (meta.key.empty()) return Status::InvalidArgument("object with empty key");
   if (meta.global_offset.size() != meta.global_shape.size())
@@ -328,6 +330,7 @@ Result<DatasetRecord> ShardFileWriter::WriteObject(const ShardedObject& meta,
            PutIntAttr(d, "chunk_elems", l.chunk_elems) && PutStringAttr(d, "compression", "none") &&
            PutIntAttr(d, "shuffle", 0, H5T_STD_U8LE);
   };
+  impl_->hash = hash;
   return impl_->WriteDataset(name, l, DType::kUInt8, CodecOptions{}, 0, bytes, put_attrs);
 }
 

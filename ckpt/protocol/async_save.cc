@@ -1,7 +1,5 @@
 #include "ckpt/protocol/async_save.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -15,29 +13,27 @@ using Clock = std::chrono::steady_clock;
 
 static double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-SnapshotMemory* HostSnapshotMemory() {
-  class Host final : public SnapshotMemory {
-   public:
-    std::string_view name() const override { return "host"; }
-    // Buffers of 2 MiB and more are 2 MiB aligned and advised as huge pages
-    // (THP in madvise mode): fewer TLB misses in the snapshot copy, which is
-    // all the training thread waits for.
-    Result<std::byte*> Allocate(size_t bytes) override {
-      constexpr size_t kHuge = size_t(2) << 20;
-      void* p = nullptr;
-      if (posix_memalign(&p, bytes >= kHuge ? kHuge : alignof(std::max_align_t), bytes == 0 ? 1 : bytes) != 0)
-        return Status::NoSpace("snapshot: out of host memory allocating " + std::to_string(bytes) + " bytes");
-      if (bytes >= kHuge) madvise(p, bytes, MADV_HUGEPAGE);  // advisory: a kernel without THP ignores it
-      return static_cast<std::byte*>(p);
-    }
-    void Free(std::byte* p, size_t) override { std::free(p); }
-    Status CopyAll(std::span<const SnapshotCopy> copies) override {
-      for (const SnapshotCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
-      return Status::Ok();
-    }
-  };
-  static Host* host = new Host;  // stateless; never destroyed (outlives every saver)
-  return host;
+// Offset of every tensor in the arena, and the arena bytes (ArenaBytes).
+static std::vector<size_t> ArenaOffsets(const ShardedStateDict& state, size_t* total) {
+  std::vector<size_t> offsets;
+  offsets.reserve(state.tensors().size());
+  size_t end = 0;
+  const std::byte* prev_end = nullptr;
+  for (const TensorEntry& t : state.tensors()) {
+    const bool follows = prev_end != nullptr && t.data.data() == prev_end;
+    const size_t off = follows ? end : (end + 63) / 64 * 64;
+    offsets.push_back(off);
+    end = off + t.data.size();
+    prev_end = t.data.data() + t.data.size();
+  }
+  *total = end;
+  return offsets;
+}
+
+int64_t AsyncSaver::ArenaBytes(const ShardedStateDict& state) {
+  size_t total = 0;
+  ArenaOffsets(state, &total);
+  return int64_t(total);
 }
 
 AsyncSaver::AsyncSaver(Comm* comm, AsyncSaveOptions opts)
@@ -45,30 +41,43 @@ AsyncSaver::AsyncSaver(Comm* comm, AsyncSaveOptions opts)
 
 AsyncSaver::~AsyncSaver() {
   if (pending_.valid()) pending_.wait();
-  for (Buffer& b : buffers_) memory_->Free(b.data, b.bytes);
+  if (arena_.data) memory_->Free(arena_.data, arena_.bytes);
 }
 
-Status AsyncSaver::Snapshot(const ShardedStateDict& state) {
+Status AsyncSaver::GrowArena(size_t bytes) {
+  if (arena_.data && arena_.bytes >= bytes) return Status::Ok();
+  if (arena_.data) memory_->Free(arena_.data, arena_.bytes);
+  arena_ = Buffer{};
+  CKPT_ASSIGN_OR_RETURN(arena_.data, memory_->Allocate(bytes));
+  arena_.bytes = bytes;
+  ++arena_allocations_;
+  return Status::Ok();
+}
+
+Status AsyncSaver::Reserve(int64_t bytes) {
+  if (bytes < 0) return Status::InvalidArgument("async save reserve: negative size " + std::to_string(bytes));
+  if (pending_.valid()) CKPT_RETURN_IF_ERROR(Wait().status().WithContext("previous async save"));
+  return GrowArena(size_t(bytes));
+}
+
+Status AsyncSaver::Snapshot(const ShardedStateDict& state, double* allocate_seconds) {
   snapshot_ = ShardedStateDict();
   if (!copy_snapshot_) {  // negative control (testing::AsyncSaveControls): the live buffers themselves
     for (const TensorEntry& t : state.tensors()) snapshot_.AddTensor(t.meta, t.data);
   } else {
-    // Buffers are kept across saves and reallocated only when a size changes.
-    for (size_t i = state.tensors().size(); i < buffers_.size(); ++i) memory_->Free(buffers_[i].data, buffers_[i].bytes);
-    buffers_.resize(state.tensors().size());
+    size_t total = 0;
+    const std::vector<size_t> offsets = ArenaOffsets(state, &total);
+    const auto t0 = Clock::now();
+    const int allocations = arena_allocations_;
+    CKPT_RETURN_IF_ERROR(GrowArena(total));
+    if (arena_allocations_ != allocations) *allocate_seconds = Since(t0);
     std::vector<SnapshotCopy> copies;
-    copies.reserve(buffers_.size());
-    for (size_t i = 0; i < buffers_.size(); ++i) {
+    copies.reserve(offsets.size());
+    for (size_t i = 0; i < offsets.size(); ++i) {
       const TensorEntry& t = state.tensors()[i];
-      Buffer& b = buffers_[i];
-      if (b.bytes != t.data.size() || !b.data) {
-        memory_->Free(b.data, b.bytes);
-        b = Buffer{};
-        CKPT_ASSIGN_OR_RETURN(b.data, memory_->Allocate(t.data.size()));
-        b.bytes = t.data.size();
-      }
-      copies.push_back({b.data, t.data.data(), t.data.size()});
-      snapshot_.AddTensor(t.meta, std::span<std::byte>(b.data, b.bytes));
+      std::byte* dst = arena_.data + offsets[i];
+      copies.push_back({dst, t.data.data(), t.data.size()});
+      snapshot_.AddTensor(t.meta, std::span<std::byte>(dst, t.data.size()));
     }
     CKPT_RETURN_IF_ERROR(memory_->CopyAll(copies).WithContext("snapshot (" + std::string(memory_->name()) + " memory)"));
   }
@@ -87,7 +96,7 @@ Result<AsyncStartStats> AsyncSaver::Start(const ShardedStateDict& state, SaveOpt
     stats.previous = *std::move(previous);
   }
   t0 = Clock::now();
-  CKPT_RETURN_IF_ERROR(Snapshot(state));
+  CKPT_RETURN_IF_ERROR(Snapshot(state, &stats.allocate_seconds));
   stats.snapshot_seconds = Since(t0);
   stats.snapshot_bytes = copy_snapshot_ ? snapshot_.TotalBytes() : 0;
   opts.comm = comm_;

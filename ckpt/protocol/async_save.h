@@ -1,8 +1,9 @@
 // AsyncSaver: checkpoint saves whose only blocking part is a snapshot copy.
 //
 // Start() waits for the previous save of this saver (at most one in flight),
-// copies every tensor and object of the state into host buffers owned by the
-// saver (reused across saves; on a GPU these would be pinned), and returns;
+// copies every tensor and object of the state into one contiguous arena owned
+// by the saver (from its SnapshotMemory: huge pages on the host, pinned with
+// a GPU), and returns;
 // a background thread then runs the full SaveCheckpoint protocol on the
 // snapshot, so training may overwrite its buffers at once. Wait() joins the
 // background save and returns its result. A failure or crash in the
@@ -15,7 +16,13 @@
 // which must be dedicated to this saver (e.g. its own MpiComm duplicate) and
 // safe to use from another thread (MPI_THREAD_MULTIPLE when the caller also
 // uses MPI). Every rank must call Start/Wait in the same order.
-// Thread-safety: one thread calls Start/Wait and the accessors.
+// The arena: tensors lie in state order, each at a 64-byte aligned offset
+// unless its source directly follows the previous tensor's (then packed, so
+// the copy of both is one block). It only grows: a save needing more than its
+// capacity replaces it (allocation time is reported in allocate_seconds), a
+// smaller one reuses it. Reserve() allocates it ahead of the first save, so
+// that save blocks only for the copy.
+// Thread-safety: one thread calls Start/Wait/Reserve and the accessors.
 #pragma once
 
 #include <chrono>
@@ -44,6 +51,7 @@ struct AsyncStartStats {
   double wait_previous_seconds = 0;  // blocked on the previous save
   double snapshot_seconds = 0;       // copying the state
   int64_t snapshot_bytes = 0;        // bytes copied
+  double allocate_seconds = 0;       // of snapshot_seconds: growing the arena (0 when reused)
   double blocking_seconds() const { return wait_previous_seconds + snapshot_seconds; }
   // Set when this Start joined a previous save (which then succeeded): that
   // save's stats (its background time: last_background_seconds()).
@@ -62,6 +70,16 @@ class AsyncSaver {
   // by the saver's). The previous save's error, if any, is returned here and
   // the new save is not started.
   Result<AsyncStartStats> Start(const ShardedStateDict& state, SaveOptions opts);
+  // Makes the arena hold at least `bytes` (ArenaBytes(state) for a state),
+  // allocated and faulted in now. Waits for a save in flight first (the
+  // arena is its snapshot) and returns that save's error, if any. No-op when
+  // the arena is already as large.
+  Status Reserve(int64_t bytes);
+  // The arena bytes a snapshot of `state` needs (alignment padding included).
+  static int64_t ArenaBytes(const ShardedStateDict& state);
+  // Current arena capacity, and how many times it was (re)allocated.
+  int64_t arena_capacity() const { return int64_t(arena_.bytes); }
+  int arena_allocations() const { return arena_allocations_; }
   // Joins the save in flight (if any) and returns its stats.
   Result<SaveStats> Wait();
   bool in_flight() const { return pending_.valid(); }
@@ -79,7 +97,7 @@ class AsyncSaver {
 
  private:
   friend class testing::AsyncSaveControls;  // the harness's switches, not product API
-  Status Snapshot(const ShardedStateDict& state);
+  Status Snapshot(const ShardedStateDict& state, double* allocate_seconds);
 
   struct Buffer {
     std::byte* data = nullptr;
@@ -94,7 +112,9 @@ class AsyncSaver {
   // function the background thread runs before SaveCheckpoint.
   bool copy_snapshot_ = true;
   std::function<void()> before_save_;
-  std::vector<Buffer> buffers_;  // from memory_, reused across saves
+  Status GrowArena(size_t bytes);
+  Buffer arena_;  // from memory_, reused across saves; grows only
+  int arena_allocations_ = 0;
   ShardedStateDict snapshot_;
   std::future<Result<SaveStats>> pending_;
   // Written by the background thread, read only after the join (the

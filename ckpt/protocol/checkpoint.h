@@ -128,6 +128,13 @@ struct LoadOptions {
   // committed iteration; LoadStats::skipped says what was skipped and why.
   bool fallback = false;
   int threads = kAutoThreads;  // read/verify/decode workers of this rank (auto: DefaultWorkerThreads(comm))
+  // Read-ahead: each worker keeps up to this many stored bytes of its next
+  // chunks requested from the Env (File::WillNeed) while it hashes and decodes
+  // the current one. 0 (default): off - the kernel's own sequential read-ahead
+  // already overlaps each worker's front-to-back reads, and on the bench VM
+  // (virtio disk, host cache) explicit WILLNEED of 8-32 MiB made loads from
+  // evicted files up to 3x slower (ckpt_io_bench load; DESIGN "Load path").
+  int64_t prefetch_bytes = 0;
   // Read sharing (load_share.h): ranks of this communicator (e.g. the DP
   // group, or the whole job) that need the same stored chunk read it once;
   // the reader checks its hash and sends the stored bytes to the others.

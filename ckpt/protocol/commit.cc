@@ -108,6 +108,7 @@ Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
                                const std::vector<const ObjectEntry*>& objects, const ShardWriteOptions& opts,
                                const StepHook& hook) {
   Manifest part;
+  part.chunk_hash = opts.hash;
   if (tensors.empty() && objects.empty()) return part;
   CKPT_RETURN_IF_ERROR(RunHook(hook, "shard_write", rank));
   const std::string name = ShardFileName(rank);
@@ -119,7 +120,7 @@ Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
     part.shards.push_back({std::move(meta), 0, std::move(rec)});
   }
   for (const ObjectEntry* o : objects) {
-    CKPT_ASSIGN_OR_RETURN(DatasetRecord rec, writer->WriteObject(o->meta, o->bytes));
+    CKPT_ASSIGN_OR_RETURN(DatasetRecord rec, writer->WriteObject(o->meta, o->bytes, opts.hash));
     part.objects.push_back({o->meta, 0, o->bytes.size(), std::move(rec)});
   }
   CKPT_RETURN_IF_ERROR(RunHook(hook, "shard_fsync", rank));
@@ -135,7 +136,11 @@ Result<Manifest> MergeManifests(const std::vector<Manifest>& parts, int64_t iter
   m.iteration = iteration;
   m.layout = layout;
   m.metadata = metadata;
+  if (!parts.empty()) m.chunk_hash = parts[0].chunk_hash;
   for (const Manifest& part : parts) {
+    if (part.chunk_hash != m.chunk_hash)
+      return Status::InvalidArgument("ranks disagree on the chunk hash (" + std::string(ChunkHashName(part.chunk_hash)) +
+                                     " vs " + std::string(ChunkHashName(m.chunk_hash)) + ")");
     if (part.files.empty()) continue;
     const int file = int(m.files.size());
     m.files.push_back(part.files[0]);

@@ -30,15 +30,17 @@ Result<std::string> PrepareSaveDir(Env* env, const std::string& root, int64_t it
                                    std::unique_ptr<DirLock>* lease, bool allow_older = false);
 
 // Writes `tensors` (as main replicas) and `objects` into <tmp_dir>/rank_<r>.h5
-// and fsyncs it. Returns a one-file partial manifest (no file when both are empty).
+// and fsyncs it, every chunk hashed with opts.hash. Returns a one-file partial
+// manifest recording that hash (no file when both are empty).
 Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
                                const std::vector<const TensorEntry*>& tensors,
                                const std::vector<const ObjectEntry*>& objects, const ShardWriteOptions& opts,
                                const StepHook& hook);
 
 // Joins per-rank partial manifests; checks that ranks agree on dtype and global
-// shape, that every tensor is covered exactly once, and that no object cell is
-// written twice (errors name the tensor).
+// shape, that every tensor is covered exactly once, that no object cell is
+// written twice (errors name the tensor), and on the chunk hash (the merged
+// manifest's).
 Result<Manifest> MergeManifests(const std::vector<Manifest>& parts, int64_t iteration, const nlohmann::json& layout,
                                 const nlohmann::json& metadata);
 

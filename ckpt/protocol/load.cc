@@ -45,10 +45,32 @@ bool AllDigits(std::string_view s) {
 using load_internal::ChunkKey;
 using load_internal::ChunkPlan;
 
-// Reads, checks and scatters chunks order[begin, end) with its own reader.
+// Keeps chunks (ahead, end) of order requested from the Env up to `budget`
+// stored bytes beyond chunk `i` (the one about to be read); `ahead` is the
+// last one requested so far.
+void PrefetchAhead(const Manifest& m, const ChunkPlan& cp, size_t i, size_t end, int64_t budget, ChunkReader& reader,
+                   size_t* ahead) {
+  if (budget <= 0) return;
+  int64_t queued = 0;
+  for (size_t j = i + 1; j <= *ahead && j < end; ++j) {
+    const ManifestShard& s = m.shards[cp.order[j].first];
+    queued += int64_t(s.record.chunks[size_t(cp.order[j].second)].stored_size);
+  }
+  while (*ahead + 1 < end && queued < budget) {
+    const ChunkKey& next = cp.order[++*ahead];
+    const ManifestShard& s = m.shards[next.first];
+    reader.Prefetch(s.file, s.record, next.second);
+    queued += int64_t(s.record.chunks[size_t(next.second)].stored_size);
+  }
+}
+
+// Reads, checks and scatters chunks order[begin, end) with its own reader,
+// reading ahead (opts.prefetch_bytes, when set) while it hashes and decodes.
 Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, size_t begin, size_t end,
-                     ChunkReader& reader, const std::atomic<bool>& stop, int64_t* elements) {
+                     int64_t prefetch_bytes, ChunkReader& reader, const std::atomic<bool>& stop, int64_t* elements) {
+  size_t ahead = begin;  // chunk `begin` is read at once: no hint for it
   for (size_t i = begin; i < end && !stop.load(std::memory_order_relaxed); ++i) {
+    PrefetchAhead(m, cp, i, end, prefetch_bytes, reader, &ahead);
     const ChunkKey& key = cp.order[i];
     const ManifestShard& s = m.shards[key.first];
     CKPT_ASSIGN_OR_RETURN(auto chunk, reader.ReadDecoded(s.file, s.record, key.second, DTypeSize(s.meta.dtype),
@@ -72,7 +94,7 @@ Status LoadTensors(ShardedStateDict& state, const Manifest& m, const ChunkPlan& 
   for (size_t w = 0; w < workers; ++w) readers.push_back(std::make_unique<ChunkReader>(env, dir, &m, opts.verify_hashes));
   load_internal::RunWorkers(workers, [&](size_t w) {
     const size_t begin = cp.order.size() * w / workers, end = cp.order.size() * (w + 1) / workers;
-    results[w] = ScatterChunks(state, m, cp, begin, end, *readers[w], stop, &elements[w]);
+    results[w] = ScatterChunks(state, m, cp, begin, end, opts.prefetch_bytes, *readers[w], stop, &elements[w]);
     if (!results[w].ok()) stop = true;
   });
   for (size_t w = 0; w < workers; ++w) {

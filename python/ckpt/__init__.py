@@ -11,7 +11,7 @@ tensors are read and written in place, never copied by the binding.
 import atexit as _atexit
 
 from . import _ckpt
-from ._api import AsyncSaveHandle, async_save, load, save, shutdown as _shutdown
+from ._api import AsyncSaveHandle, async_save, load, reserve_async_save, save, shutdown as _shutdown
 from ._comm import MpiComm, TorchComm
 from ._descriptors import ShardedObject, ShardedTensor
 from ._errors import (AbortedError, AlreadyExistsError, CkptError, CkptIOError, CkptTimeoutError,
@@ -21,7 +21,7 @@ from ._convert import convert
 from ._read import fingerprint, inspect, read_tensor, verify
 from ._tensors import bf16_to_float32, float32_to_bf16
 
-__all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "AsyncSaveHandle", "MpiComm",
+__all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "reserve_async_save", "AsyncSaveHandle", "MpiComm",
            "TorchComm", "inspect", "verify", "fingerprint", "read_tensor", "bf16_to_float32", "float32_to_bf16",
            "CkptError", "CkptTimeoutError", "NotFoundError", "CorruptionError", "AbortedError",
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",

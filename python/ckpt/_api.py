@@ -45,18 +45,21 @@ def _json(value, what):
 
 
 def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
-         layout=None, chunk_bytes=0, allow_older=False):
+         layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None):
     """Saves every rank's shards as checkpoint `iteration` under `root` (collective
     over comm): atomic, nothing visible unless every rank wrote its part. Only main
     replicas (replica_id all zeros) are written; replicated shards are spread over
     their holders. metadata: a JSON-serialisable dict recorded in the manifest (e.g.
     {"gpt": <model config>} for `ckpt plan/reshard`). A save below the newest
     iteration under root (a restart in a used root) raises FailedPreconditionError
-    unless allow_older=True. Returns this rank's stats."""
+    unless allow_older=True. chunk_hash: the integrity hash of the stored chunks,
+    recorded in the manifest: "sha256" (None: the default; tamper-evident) or
+    "xxh3-128" (much faster to verify on load; detects damage, not forgery).
+    Returns this rank's stats."""
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
     return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
                       float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
-                      bool(allow_older))
+                      bool(allow_older), chunk_hash or "sha256")
 
 
 def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_unexpected", timeout=60.0,
@@ -171,10 +174,27 @@ class AsyncSaveHandle:
         return self._stats
 
 
+def reserve_async_save(sharded_state_dict, comm=None):
+    """Allocates (and faults in) the snapshot arena of comm's async saver for a
+    state shaped like sharded_state_dict, so that the first async_save blocks
+    only for the copy. Joins an async save in flight first (raising its error).
+    The arena is reused by later saves and grows when a state needs more.
+    Local to this rank (not collective). Returns the arena capacity in bytes."""
+    saver = _saver_of(comm)
+    if saver.current is not None:
+        saver.current.wait()
+    entries, _, bufs, _ = _entries(sharded_state_dict, for_load=False)
+    capacity = saver.cpp.reserve(entries)
+    del bufs  # the buffers stay alive (and unchanged) until the sizes are read
+    return capacity
+
+
 def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
-               layout=None, chunk_bytes=0, allow_older=False):
+               layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None):
     """Like save, but returns once the state is copied into host snapshot buffers
-    (the only blocking part): the caller may overwrite its tensors at once. Saves
+    (the only blocking part): the caller may overwrite its tensors at once. The
+    first save allocates the snapshot arena (start_stats["allocate_seconds"])
+    unless reserve_async_save was called for the state first. Saves
     of one comm run one at a time, in call order: a new async_save first joins
     the previous one and raises its error (then this save is not started). A
     failed background save never publishes anything. Collective over comm."""
@@ -186,7 +206,7 @@ def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, ti
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
     st = saver.cpp.start(entries, objs, str(root), int(iteration), compress or "none", float(timeout),
                          _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
-                         bool(allow_older))
+                         bool(allow_older), chunk_hash or "sha256")
     st["wait_previous_seconds"] += waited
     st["blocking_seconds"] += waited
     saver.current = AsyncSaveHandle(saver, int(iteration), st)

@@ -10,8 +10,8 @@ def _iter(iteration):
 
 
 def inspect(root, iteration=None):
-    """The manifest of `iteration` (None: the latest) as a dict: iteration, layout,
-    metadata, tensors {key: {dtype, shape, shards, allow_shape_mismatch}},
+    """The manifest of `iteration` (None: the latest) as a dict: iteration,
+    format_version, chunk_hash ("sha256" or "xxh3-128"), layout, metadata, tensors {key: {dtype, shape, shards, allow_shape_mismatch}},
     objects {key: {grid, cells}}, files, stored_bytes, tensor_bytes."""
     m = _ckpt.inspect(str(root), _iter(iteration))
     m["layout"] = json.loads(m["layout"])

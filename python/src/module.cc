@@ -26,8 +26,9 @@ Millis MillisOf(double seconds) { return Millis(int64_t(seconds * 1000.0)); }
 
 SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::string& compress, double timeout_s,
                      const std::string& metadata, const std::string& layout, int64_t chunk_bytes,
-                     bool allow_older) {
+                     bool allow_older, const std::string& chunk_hash) {
   SaveOptions o;
+  o.write.hash = Value(ParseChunkHash(chunk_hash), -1, "save");
   o.allow_older = allow_older;
   o.root = root;
   o.iteration = iteration;
@@ -41,9 +42,10 @@ SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::stri
 
 pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                const std::shared_ptr<CommHandle>& comm, const std::string& compress, double timeout_s,
-               const std::string& metadata, const std::string& layout, int64_t chunk_bytes, bool allow_older) {
+               const std::string& metadata, const std::string& layout, int64_t chunk_bytes, bool allow_older,
+               const std::string& chunk_hash) {
   ShardedStateDict sd = StateOf(tensors, objects);
-  SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older);
+  SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash);
   o.comm = CommOf(comm);
   Result<SaveStats> r = Status::Internal("not run");
   {
@@ -88,15 +90,28 @@ class PyAsyncSaver {
   }
   pyb::dict Start(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                   const std::string& compress, double timeout_s, const std::string& metadata,
-                  const std::string& layout, int64_t chunk_bytes, bool allow_older) {
+                  const std::string& layout, int64_t chunk_bytes, bool allow_older, const std::string& chunk_hash) {
     ShardedStateDict sd = StateOf(tensors, objects);
-    SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older);
+    SaveOptions o =
+        SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash);
     Result<AsyncStartStats> r = Status::Internal("not run");
     {
       pyb::gil_scoped_release nogil;
       r = saver_->Start(sd, o);
     }
     return ToDict(Value(std::move(r), rank(), "async_save"));
+  }
+  // Pre-allocates the snapshot arena for these tensors (AsyncSaver::Reserve);
+  // returns the arena capacity in bytes.
+  int64_t Reserve(const pyb::list& tensors) {
+    ShardedStateDict sd = StateOf(tensors, pyb::list());
+    Status st;
+    {
+      pyb::gil_scoped_release nogil;
+      st = saver_->Reserve(AsyncSaver::ArenaBytes(sd));
+    }
+    Check(st, rank(), "async_save");
+    return saver_->arena_capacity();
   }
   pyb::dict Wait() {
     Result<SaveStats> r = Status::Internal("not run");
@@ -199,6 +214,7 @@ PYBIND11_MODULE(_ckpt, m) {
   pyb::class_<PyAsyncSaver>(m, "AsyncSaver")
       .def(pyb::init<std::shared_ptr<CommHandle>>())
       .def("start", &PyAsyncSaver::Start)
+      .def("reserve", &PyAsyncSaver::Reserve)
       .def("wait", &PyAsyncSaver::Wait)
       .def("done", &PyAsyncSaver::Done)
       .def("in_flight", &PyAsyncSaver::InFlight);

@@ -117,6 +117,7 @@ pyb::dict ToDict(const AsyncStartStats& s) {
   d["wait_previous_seconds"] = s.wait_previous_seconds;
   d["snapshot_seconds"] = s.snapshot_seconds;
   d["snapshot_bytes"] = s.snapshot_bytes;
+  d["allocate_seconds"] = s.allocate_seconds;
   d["blocking_seconds"] = s.blocking_seconds();
   return d;
 }
@@ -154,6 +155,7 @@ pyb::dict ToDict(const Manifest& m) {
   pyb::dict d;
   d["iteration"] = m.iteration;
   d["format_version"] = m.format_version;
+  d["chunk_hash"] = std::string(ChunkHashName(m.chunk_hash));
   d["layout"] = m.layout.dump();
   d["metadata"] = m.metadata.dump();
   pyb::dict tensors;

@@ -2,7 +2,8 @@
 # Exit codes agree across commands for the same cause (README "Exit codes"):
 # damaged data (one flipped bit) exits 1 from verify, load (1 and 2 ranks),
 # load --fallback when no older iteration loads, diff and fingerprint; bad
-# input and operational errors exit 2; success 0.
+# input and operational errors exit 2; success 0. The same for an XXH3-128
+# checkpoint; an unknown chunk hash exits 2.
 set -uo pipefail
 ckpt=$1 scratch=$2
 rm -rf "$scratch" && mkdir -p "$scratch"
@@ -56,6 +57,32 @@ expect 2 "load (bad --optimizer)" "$ckpt" load --layout tp=1 --root "$good" --op
 expect 2 "save (bad --model)" "$ckpt" save --layout tp=1 --root "$scratch/x" --iter 1 --model nosuchmodel
 expect 2 "unknown option" "$ckpt" verify "$good" --no-such-flag
 expect 2 "no subcommand" "$ckpt"
+
+# The chunk hash (docs/FORMAT.md): an XXH3-128 checkpoint verifies, loads,
+# fingerprints and diffs like the SHA-256 one of the same state; damage in it is
+# still exit 1; a hash this build does not know is exit 2 (not damage).
+xxh=$scratch/xxh
+save_hash() { timeout 120 "${MPI[@]}" -np 2 "$ckpt" save --layout tp=2 --model tiny --root "$1" --iter "$2" --hash "$3" >/dev/null; }
+save_hash "$xxh" 10 xxh3-128 && save_hash "$xxh" 20 xxh3-128 || { echo "FAILED: save --hash xxh3-128"; exit 1; }
+expect 0 "verify (xxh3-128)" "$ckpt" verify "$xxh"
+expect 0 "load (xxh3-128, 2 ranks)" load2 "$xxh"
+expect 0 "diff (sha256 vs xxh3-128, same state)" "$ckpt" diff "$good" "$xxh"
+fp_good=$("$ckpt" fingerprint "$good" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["digest"])')
+fp_xxh=$("$ckpt" fingerprint "$xxh" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["digest"])')
+if [[ -n $fp_good && $fp_good == "$fp_xxh" ]]; then echo "ok: fingerprint equal across chunk hashes"
+else echo "FAILED: fingerprint sha256 '$fp_good' vs xxh3-128 '$fp_xxh'"; failed=1; fi
+expect 2 "save (unknown --hash)" "$ckpt" save --layout tp=1 --root "$scratch/y" --iter 1 --model tiny --hash md5
+python3 - "$xxh/iter_0000010/manifest.json" <<'PY' || { echo "FAILED: manifest edit"; exit 1; }
+import hashlib, sys
+p = sys.argv[1]
+body = open(p).read().split("\n", 1)[1].replace('"chunk_hash":"xxh3-128"', '"chunk_hash":"blake3"')
+open(p, "w").write('{"manifest_sha256":"%s",\n%s' % (hashlib.sha256(body.encode()).hexdigest(), body))
+PY
+expect 2 "verify (unknown chunk hash)" "$ckpt" verify "$xxh" --iter 10
+expect 2 "load (unknown chunk hash)" "$ckpt" load --layout tp=1 --root "$xxh" --iter 10
+flip "$xxh" 20 || { echo "FAILED: damage"; exit 1; }
+expect 1 "verify (flipped bit, xxh3-128)" "$ckpt" verify "$xxh" --iter 20
+expect 1 "load (flipped bit, xxh3-128, 1 rank)" "$ckpt" load --layout tp=1 --root "$xxh" --iter 20
 
 [[ $failed == 0 ]] || { echo "exit codes: FAILED"; exit 1; }
 rm -rf "$scratch"

@@ -141,6 +141,41 @@ def test_async_save_snapshot_and_overwrite(root):
     assert handles[0].start_stats["snapshot_bytes"] == 256 * 256 * 4 + len(pickle.dumps(1, protocol=4))
 
 
+def test_reserve_async_save_preallocates_and_the_arena_is_reused(root):
+    w = torch.full((512, 256), 1.0)
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", w)}
+    capacity = ckpt.reserve_async_save(sd)  # the process-local saver (comm=None)
+    assert capacity >= 512 * 256 * 4
+    h = ckpt.async_save(sd, root, 1)
+    assert h.start_stats["allocate_seconds"] == 0  # reserved: the first save only copies
+    w.fill_(-1.0)
+    h.wait(timeout=60)
+    small = {"v": ckpt.ShardedTensor.from_rank_offsets("v", torch.full((64,), 2.0))}
+    h2 = ckpt.async_save(small, root, 2)  # smaller: the same arena
+    assert h2.start_stats["allocate_seconds"] == 0
+    h2.wait(timeout=60)
+    assert ckpt.reserve_async_save(sd) == capacity  # as large already: nothing allocated
+    back = torch.zeros(512, 256)
+    ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", back)}, root, iteration=1)
+    assert torch.all(back == 1.0)
+
+
+def test_xxh3_chunk_hash_is_recorded_loaded_and_verified(root):
+    src = pattern((300, 40), torch.float32)
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", src)}
+    ckpt.save(sd, root, 1, chunk_hash="xxh3-128", chunk_bytes=4096)
+    ckpt.save(sd, root, 2)
+    assert ckpt.inspect(root, 1)["chunk_hash"] == "xxh3-128" and ckpt.inspect(root, 1)["format_version"] == 2
+    assert ckpt.inspect(root, 2)["chunk_hash"] == "sha256" and ckpt.inspect(root, 2)["format_version"] == 2
+    assert ckpt.verify(root, 1)["ok"]
+    assert ckpt.fingerprint(root, 1)["digest"] == ckpt.fingerprint(root, 2)["digest"]
+    back = torch.zeros_like(src)
+    ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", back)}, root, iteration=1)
+    assert torch.equal(back, src)
+    with pytest.raises(ckpt.InvalidArgumentError, match="unknown chunk hash 'md5'"):
+        ckpt.save(sd, root, 3, chunk_hash="md5")
+
+
 def test_async_save_failure_is_raised_and_nothing_published(root):
     sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.ones(4))}
     ckpt.save(sd, root, 5)

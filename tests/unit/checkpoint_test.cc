@@ -65,6 +65,30 @@ TEST_P(RoundTrip, EveryDtypeAndShape) {
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->ok()) << report->issues[0].ToString();
   EXPECT_GT(report->chunks_checked, 20);
+
+  // The same state with XXH3-128 chunk digests, loaded by two workers with
+  // read-ahead on (each keeps 64 KiB of its next chunks requested), verified.
+  SaveOptions x = Opts(root, 8, GetParam());
+  x.write.hash = ChunkHash::kXxh3_128;
+  ASSERT_TRUE(SaveCheckpoint(src.dict(), x).ok());
+  OwnedState dx;
+  AddEverything(dx, false);
+  dx.AddObject({"rng", {1}, {0}, {}}, "");
+  LoadOptions lx;
+  lx.root = root;
+  lx.threads = 2;
+  lx.prefetch_bytes = 64 << 10;
+  auto lxr = LoadCheckpoint(dx.dict(), lx);
+  ASSERT_TRUE(lxr.ok()) << lxr.status().ToString();
+  EXPECT_EQ(lxr->iteration, 8);
+  EXPECT_EQ(dx.CountMismatches(), 0);
+  EXPECT_EQ(std::memcmp(dx.dict().objects()[0].bytes.data(), "opaque\0state", 12), 0);
+  VerifyOptions vx;
+  vx.iteration = 8;
+  auto rx = VerifyCheckpoint(DefaultEnv(), root, vx);
+  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
+  EXPECT_TRUE(rx->ok());
+  EXPECT_EQ(rx->chunks_checked, report->chunks_checked);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, RoundTrip, ::testing::Values(Compression::kNone, Compression::kZstd));
