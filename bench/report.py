@@ -92,7 +92,7 @@ def save_table(by, n):
         s = names.save_rows(k)
         pairs = [(s["dd_direct"], 0.9, True), (s["dd_buf"], None, True), (s["torch_save"], 1.2, True),
                  (s["h5py_save"], None, True)]
-        for key in ("ckpt_raw", "ckpt_raw_nowb", "ckpt_zstd", "torch_save", "h5py_save"):
+        for key in ("ckpt_raw", "ckpt_raw_wb", "ckpt_zstd", "torch_save", "h5py_save"):
             op = s[key]
             if op not in by:
                 continue
@@ -100,9 +100,9 @@ def save_table(by, n):
             prs = pairs if key.startswith("ckpt") else pairs[:2]
             cells = ratio_cells(by, op, prs) + (" | | " if len(prs) == 2 else "")
             print(f"| {op} | {spread(mbps(by, op))} | {spread(stored)} | {cells} |")
-        wb = ratios(by, s["ckpt_raw"], s["ckpt_raw_nowb"])
+        wb = ratios(by, s["ckpt_raw_wb"], s["ckpt_raw"])
         if wb:
-            print(f"| early writeback on / off, {k} rank(s) | | | {spread(wb, '{:.2f}')}x | | | |")
+            print(f"| early writeback 64 MiB on / off (default), {k} rank(s) | | | {spread(wb, '{:.2f}')}x | | | |")
 
 
 def load_table(by, n):

@@ -146,7 +146,7 @@ def plots(rows, out):
             ax[i].errorbar(xs, ys, yerr=[lo, hi], fmt=style, capsize=3, label=op.replace("scale ", ""))
     ax[0].set_xscale("log"), ax[0].set_xlabel("state size (MB, logical)"), ax[0].set_ylabel("MB/s")
     ax[0].set_title(f"save throughput vs state size ({ranks} ranks)")
-    ax[1].set_xlabel("ranks = writers"), ax[1].set_ylabel("MB/s"), ax[1].set_title("save throughput vs ranks")
+    ax[1].set_xticks(sorted({k[0] for k in pts})), ax[1].set_xlabel("ranks = writers"), ax[1].set_ylabel("MB/s"), ax[1].set_title("save throughput vs ranks")
     for a in ax:
         a.legend(fontsize=8), a.grid(alpha=0.3)
     fig.tight_layout()

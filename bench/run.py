@@ -67,7 +67,7 @@ def d(*parts) -> str:
 def references() -> dict:
     """The checkpoints whose bytes every baseline reuses (saved once, not timed here)."""
     refs = {"n": d("ref_n"), "1": d("ref_1"), "z": d("ref_z")}
-    ops.ckpt_save(P, refs["n"], N, model(LAYERS))
+    refs["bytes"] = ops.ckpt_save(P, refs["n"], N, model(LAYERS))["bytes"]
     ops.ckpt_save(P, refs["1"], 1, model(LAYERS))
     ops.ckpt_save(P, refs["z"], N, model(LAYERS), "--compress", "zstd")
     return refs
@@ -84,8 +84,8 @@ def write_ops(refs: dict) -> list:
         out += [(s["dd_buf"], lambda src=src: ops.dd_write(src, d("w", "dd"), False)),
                 (s["dd_direct"], lambda src=src: ops.dd_write(src, d("w", "dd"), True)),
                 (s["ckpt_raw"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS))),
-                (s["ckpt_raw_nowb"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS),
-                                                                env={"CKPT_WRITEBACK_MIB": "0"}))]
+                (s["ckpt_raw_wb"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS),
+                                                              env={"CKPT_WRITEBACK_MIB": "64"}))]
         if n == N or FULL:
             out += [(s["torch_save"], lambda n=n, ref=ref: ops.peer(P, "torch.save", it(ref), d("w", f"torch{n}"))),
                     (s["h5py_save"], lambda n=n, ref=ref: ops.peer(P, "h5py.save", it(ref), d("w", f"h5py{n}")))]
@@ -133,7 +133,7 @@ def limit_rows(rnd: int, state_bytes: int) -> None:
 
 def rounds(refs: dict) -> None:
     w, r = write_ops(refs), read_ops(refs)
-    state_bytes = ops.ckpt_save(P, d("w", "ckpt"), N, model(LAYERS))["bytes"]
+    state_bytes = refs["bytes"]
     for rnd in range(ROUNDS):
         print(f"== round {rnd + 1}/{ROUNDS}")
         # Writes first (torch.load reads this round's torch.save files), each

@@ -76,8 +76,8 @@ struct PosixWriteback {
   bool bound_dirty = true;
 };
 
-// CKPT_WRITEBACK_MIB (0 = off; default 64) and CKPT_WRITEBACK_BOUND (0 = do
-// not wait for the previous range; default 1), read once: the bench's A/B knob.
+// CKPT_WRITEBACK_MIB=N (every N MiB, Nk: KiB; unset or 0 = off, the default: no
+// clear win measured, DESIGN "Early writeback"), CKPT_WRITEBACK_BOUND=0; read once.
 PosixWriteback PosixWritebackFromEnvironment();
 
 // The process-wide POSIX Env, PosixWritebackFromEnvironment(). Never deleted.

@@ -266,10 +266,12 @@ std::string ProcessOwnerTag() {
 
 PosixWriteback PosixWritebackFromEnvironment() {
   PosixWriteback wb;
+  wb.bytes = 0;  // off unless asked for
   if (const char* v = std::getenv("CKPT_WRITEBACK_MIB"); v && *v) {
     char* end = nullptr;
-    const unsigned long long mib = std::strtoull(v, &end, 10);
-    if (end && *end == 0 && mib <= (1ull << 20)) wb.bytes = uint64_t(mib) << 20;
+    const unsigned long long n = std::strtoull(v, &end, 10);  // MiB, or KiB with a 'k' suffix (tests)
+    const bool kib = end && (*end == 'k' || *end == 'K') && end[1] == 0;
+    if (end && (*end == 0 || kib) && n <= (1ull << 20)) wb.bytes = uint64_t(n) << (kib ? 10 : 20);
   }
   if (const char* v = std::getenv("CKPT_WRITEBACK_BOUND"); v && *v) wb.bound_dirty = std::string(v) != "0";
   return wb;

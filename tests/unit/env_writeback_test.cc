@@ -88,16 +88,20 @@ TEST(Writeback, EnvironmentKnob) {
   ::unsetenv("CKPT_WRITEBACK_MIB");
   ::unsetenv("CKPT_WRITEBACK_BOUND");
   const PosixWriteback def = PosixWritebackFromEnvironment();
-  EXPECT_EQ(def.bytes, PosixWriteback{}.bytes);
+  EXPECT_EQ(def.bytes, 0u);  // off by default
   EXPECT_TRUE(def.bound_dirty);
+  ::setenv("CKPT_WRITEBACK_MIB", "64", 1);
+  EXPECT_EQ(PosixWritebackFromEnvironment().bytes, PosixWriteback{}.bytes);
   ::setenv("CKPT_WRITEBACK_MIB", "0", 1);
   EXPECT_EQ(PosixWritebackFromEnvironment().bytes, 0u);
   ::setenv("CKPT_WRITEBACK_MIB", "16", 1);
   ::setenv("CKPT_WRITEBACK_BOUND", "0", 1);
   EXPECT_EQ(PosixWritebackFromEnvironment().bytes, uint64_t(16) << 20);
   EXPECT_FALSE(PosixWritebackFromEnvironment().bound_dirty);
-  ::setenv("CKPT_WRITEBACK_MIB", "16x", 1);  // not a number: the default
-  EXPECT_EQ(PosixWritebackFromEnvironment().bytes, PosixWriteback{}.bytes);
+  ::setenv("CKPT_WRITEBACK_MIB", "48k", 1);  // KiB: small files in tests
+  EXPECT_EQ(PosixWritebackFromEnvironment().bytes, uint64_t(48) << 10);
+  ::setenv("CKPT_WRITEBACK_MIB", "16x", 1);  // not a number: the default (off)
+  EXPECT_EQ(PosixWritebackFromEnvironment().bytes, 0u);
   ::unsetenv("CKPT_WRITEBACK_MIB");
   ::unsetenv("CKPT_WRITEBACK_BOUND");
 }
