@@ -24,6 +24,7 @@
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_gpt.h"
 #include "ckpt/workload/gpt_local_state.h"
+#include "ckpt/workload/job_setup.h"
 #include "ckpt/workload/rank_report.h"
 
 namespace {
@@ -128,7 +129,8 @@ int Async(const std::string& model_name, const std::string& layout, const std::s
   auto comm = MpiComm::Create();
   auto saver_comm = MpiComm::Create();  // the background thread's own communicator
   auto pc = ParallelConfig::Parse(layout);
-  auto model = reshard::GptPreset(model_name);
+  std::string preset;
+  auto model = workload::ResolveModel(model_name, root, -1, &preset);  // "demo:num_layers=2" as the CLI takes it
   if (!comm.ok() || !saver_comm.ok() || !pc.ok() || !model.ok()) return Fail(Status::InvalidArgument("bad setup"));
   auto coords = CoordsOf(*pc, (*comm)->rank());
   auto shards = reshard::GptShards(*model, *pc, *coords);
