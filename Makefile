@@ -3,6 +3,9 @@
 #             TP4 and at TP2xDP2 (examples/torch_gpt/demo.py; table + PNG plot).
 # make demo-synthetic : the ~1 GB synthetic save/verify/load table (scripts/demo.sh).
 # make test : install missing packages, build, run the whole test suite.
+# make bench [BENCH_FLAGS=--full] : ckpt against honest baselines (bench/run.py):
+#   ~0.45 GB state, 3 alternating rounds by default; --full (or CKPT_BENCH_FULL=1):
+#   the 1.02 GB demo state, 5 rounds, sizes up to ~4 GB, 1/2/4 ranks.
 # make install [PREFIX=/usr/local] : install the command, libraries, headers,
 #   CMake package, pkg-config files and the HDF5 plugin (CMakeLists.txt "Install").
 # make sanitize : unit tests under ASan+UBSan in $(SAN_BUILD) (.ci/run).
@@ -59,7 +62,7 @@ test: build
 
 bench: build
 	CKPT_BENCH_DEPS=1 bash scripts/install_deps.sh
-	/usr/bin/python3 bench/run.py $(BUILD)
+	/usr/bin/python3 bench/run.py $(BUILD) $(BENCH_FLAGS)
 
 # Unit tests only (label "unit"; no mpirun campaign or integration tests).
 san-configure: deps

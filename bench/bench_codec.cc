@@ -142,6 +142,17 @@ int CodecTable(int64_t mib) {
   return 0;
 }
 
+int Sha256Rate(int64_t mib) {
+  const std::vector<std::byte> data = Bf16Normal(size_t(mib) << 20, 3);
+  const double secs = BestSeconds(3, [&] {
+    for (size_t off = 0; off + kChunk <= data.size(); off += kChunk) Sha256Hex(std::span(data).subspan(off, kChunk));
+  });
+  const double n = double(data.size() / kChunk * kChunk);
+  std::printf("%s\n", nlohmann::json{{"op", "sha256"}, {"bytes", n}, {"seconds", secs}, {"chunk_bytes", kChunk},
+                                     {"mb_per_s", n / 1e6 / secs}}.dump().c_str());
+  return 0;
+}
+
 int ShardWrite(int64_t mib, int threads, const std::string& compression, const std::string& dir) {
   auto comp = ParseCompression(compression);
   if (!comp.ok()) return 2;

@@ -1,7 +1,9 @@
 // ckpt_bench: baselines and async-save timing for bench/run.sh.
 //   ckpt_bench memcpy [MiB]                       memory bandwidth (best of 5)
 //   ckpt_bench async <model> <layout> <root>      under mpirun: per-rank memcpy of
-//       the rank's state vs AsyncSaver blocking time vs total save time
+//       the rank's state (tensor by tensor, and one contiguous memcpy of the
+//       same byte count) vs AsyncSaver blocking time vs total save time
+//   ckpt_bench sha256 [MiB]                       SHA-256 MB/s of one core, 4 MiB chunks
 //   ckpt_bench codec [MiB]                        shuffle+zstd settings: ratio,
 //       encode/decode MB/s, 1 thread, bf16 normal(0,0.02) (table on stderr)
 //   ckpt_bench shard <MiB> <threads> <none|zstd> <dir>   ShardFileWriter MB/s
@@ -22,6 +24,7 @@
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_gpt.h"
 #include "ckpt/workload/gpt_local_state.h"
+#include "ckpt/workload/job_setup.h"
 #include "ckpt/workload/rank_report.h"
 
 namespace {
@@ -45,6 +48,21 @@ int Memcpy(int64_t mib) {
   std::printf("%s\n", nlohmann::json{{"op", "memcpy"}, {"bytes", n}, {"seconds", best},
                                      {"mb_per_s", double(n) / 1e6 / best}}.dump().c_str());
   return 0;
+}
+
+// One contiguous memcpy of `src` into `dst` on every rank at once after a
+// barrier, median of `reps`: the copy a snapshot into one arena could reach
+// (MedianStateMemcpySeconds copies tensor by tensor).
+ckpt::Result<double> ContiguousMemcpySeconds(const std::vector<std::byte>& src, std::vector<std::byte>& dst,
+                                             ckpt::Comm& comm, int reps) {
+  std::vector<double> runs;
+  for (int i = 0; i < reps; ++i) {
+    CKPT_RETURN_IF_ERROR(comm.Barrier(ckpt::Millis(60000), "contiguous memcpy"));
+    auto t0 = Clock::now();
+    std::memcpy(dst.data(), src.data(), std::min(src.size(), dst.size()));
+    runs.push_back(Since(t0));
+  }
+  return Median(runs);
 }
 
 int Fail(const ckpt::Status& s) {
@@ -73,7 +91,7 @@ ckpt::Result<nlohmann::json> AsyncRuns(ckpt::AsyncSaver& saver, ckpt::Comm& comm
 
 // Rank 0: the worst rank decides; steady state = the median of runs 2..5 (buffers reused).
 void PrintWorstAsync(const std::vector<nlohmann::json>& all, const std::string& layout) {
-  double worst_ratio = 0, worst_block = 0, worst_total = 0, worst_memcpy = 0, worst_memcpy_after = 0;
+  double worst_ratio = 0, worst_block = 0, worst_total = 0, worst_memcpy = 0, worst_memcpy_after = 0, worst_contig = 0;
   int64_t bytes = 0;
   for (const auto& j : all) {
     std::vector<double> block, total;
@@ -88,11 +106,14 @@ void PrintWorstAsync(const std::vector<nlohmann::json>& all, const std::string& 
       worst_total = Median(total);
       worst_memcpy = j["memcpy_s"];
       worst_memcpy_after = j["memcpy_after_s"];
+      worst_contig = j["memcpy_contig_s"];
       bytes = j["bytes"];
     }
   }
   std::printf("%s\n", nlohmann::json{{"op", "async"}, {"layout", layout}, {"rank_bytes", bytes},
                                      {"memcpy_s", worst_memcpy}, {"memcpy_after_s", worst_memcpy_after},
+                                     {"memcpy_contig_s", worst_contig},
+                                     {"blocking_over_contig", worst_block / worst_contig},
                                      {"blocking_s", worst_block},
                                      {"total_s", worst_total}, {"blocking_over_memcpy", worst_ratio},
                                      {"blocking_over_total", worst_block / worst_total},
@@ -108,7 +129,8 @@ int Async(const std::string& model_name, const std::string& layout, const std::s
   auto comm = MpiComm::Create();
   auto saver_comm = MpiComm::Create();  // the background thread's own communicator
   auto pc = ParallelConfig::Parse(layout);
-  auto model = reshard::GptPreset(model_name);
+  std::string preset;
+  auto model = workload::ResolveModel(model_name, root, -1, &preset);  // "demo:num_layers=2" as the CLI takes it
   if (!comm.ok() || !saver_comm.ok() || !pc.ok() || !model.ok()) return Fail(Status::InvalidArgument("bad setup"));
   auto coords = CoordsOf(*pc, (*comm)->rank());
   auto shards = reshard::GptShards(*model, *pc, *coords);
@@ -126,6 +148,13 @@ int Async(const std::string& model_name, const std::string& layout, const std::s
   auto memcpy_before = measure_memcpy();
   if (!memcpy_before.ok()) return Fail(memcpy_before.status());
   const double memcpy_s = *memcpy_before;
+  double contig_s = 0;
+  {
+    const std::vector<std::byte> src(copy.size(), std::byte{1});
+    auto contig = ContiguousMemcpySeconds(src, copy, **comm, 5);
+    if (!contig.ok()) return Fail(contig.status());
+    contig_s = *contig;
+  }
   AsyncSaver saver(saver_comm->get());
   SaveOptions o;
   o.root = root;
@@ -138,7 +167,7 @@ int Async(const std::string& model_name, const std::string& layout, const std::s
   auto memcpy_after = measure_memcpy();
   if (!memcpy_after.ok()) return Fail(memcpy_after.status());
   nlohmann::json mine = {{"bytes", sd.TotalBytes()}, {"memcpy_s", memcpy_s}, {"memcpy_after_s", *memcpy_after},
-                         {"runs", *rows}};
+                         {"memcpy_contig_s", contig_s}, {"runs", *rows}};
   auto all = workload::AllGatherJson(**comm, mine, Millis(60000), "report");
   if (!all.ok()) return Fail(all.status());
   if ((*comm)->rank() == 0) PrintWorstAsync(*all, pc->ToString());
@@ -151,10 +180,11 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "memcpy") return Memcpy(argc > 2 ? std::stoll(argv[2]) : 1024);
   if (mode == "async" && argc == 5) return Async(argv[2], argv[3], argv[4]);
+  if (mode == "sha256") return ckpt::bench::Sha256Rate(argc > 2 ? std::stoll(argv[2]) : 256);
   if (mode == "codec") return ckpt::bench::CodecTable(argc > 2 ? std::stoll(argv[2]) : 256);
   if (mode == "shard" && argc == 6) return ckpt::bench::ShardWrite(std::stoll(argv[2]), std::stoi(argv[3]), argv[4], argv[5]);
   std::fprintf(stderr,
-               "usage: ckpt_bench memcpy [MiB] | async <model> <layout> <root> | codec [MiB] |\n"
+               "usage: ckpt_bench memcpy [MiB] | async <model> <layout> <root> | codec [MiB] | sha256 [MiB] |\n"
                "       shard <MiB> <threads> <none|zstd> <dir>\n");
   return 2;
 }

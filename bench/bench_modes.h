@@ -11,6 +11,10 @@ namespace ckpt::bench {
 // ratio, encode and decode MB/s per zstd setting, plus shuffle and SHA-256 speed.
 int CodecTable(int64_t mib);
 
+// SHA-256 of `mib` MiB in 4 MiB chunks (as ckpt hashes chunks), one thread,
+// best of 3: the per-core hash limit.
+int Sha256Rate(int64_t mib);
+
 // Writes one `mib` MiB bf16 tensor to <dir>/shard_<compression>_<threads>.h5
 // with ShardFileWriter and `threads` encode workers, fsync included (best of 3).
 int ShardWrite(int64_t mib, int threads, const std::string& compression, const std::string& dir);

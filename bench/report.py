@@ -1,119 +1,147 @@
 #!/usr/bin/python3
-"""Turns bench/out/results.jsonl (one run) into the ratio table and plots.
-Targets (issue 8) are checked against baselines from the same run."""
-import json, os, sys
+"""bench/out/results.jsonl (one run of bench/run.py) -> the tables and plots.
 
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-out = sys.argv[2]
-by = {r["op"]: r for r in rows}
-dd_rows = [r for r in rows if r["op"].startswith("dd write+fsync")]
-dd_best = max(dd_rows, key=lambda r: r["mb_per_s"])
-dd_w = dd_best["mb_per_s"]
-dd_r = by["dd read"]["mb_per_s"]
-mem = by["memcpy"]["mb_per_s"]
+Every figure is the median over the run's rounds with [min-max]; a ratio is
+taken between two rows of the same round (so machine load hits both alike)
+and its median [min-max] over the rounds is printed. MB/s are logical bytes
+(the tensors' bytes) for ckpt and the peers, file bytes for dd (ckpt's own
+files: logical + <1 % HDF5 metadata); zstd rows give the stored size beside.
 
+  report.py <results.jsonl> <out dir>
+"""
+from __future__ import annotations
 
-def mbps(op):
-    return by[op]["mb_per_s"] if op in by else float("nan")
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
 
-
-print()
-print("| measurement | MB/s | ratio | baseline | target | met |")
-print("|---|---|---|---|---|---|")
-for r in dd_rows:
-    print(f"| {r['op']} 1 GiB | {r['mb_per_s']:.0f} | {r['mb_per_s']/dd_w:.2f} | disk write (best = 1.00) | | |")
-print(f"| dd read 1 GiB ({'cold' if by['dd read'].get('cold') else 'warm'}) | {dd_r:.0f} | 1.00 | disk read | | |")
-print(f"| memcpy 1 GiB | {mem:.0f} | 1.00 | memory | | |")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import names  # noqa: E402
+import report_more  # noqa: E402
 
 
-def line(op, base, base_name, target=None):
-    v = mbps(op)
-    ratio = v / base
-    met = "" if target is None else ("yes" if ratio >= target else "NO")
-    t = "" if target is None else f">= {target}x"
-    extra = " (cold)" if by.get(op, {}).get("cold") else ""
-    print(f"| {op}{extra} | {v:.0f} | {ratio:.2f} | {base_name} | {t} | {met} |")
+def index(rows):
+    by = defaultdict(dict)  # op -> round -> row
+    for r in rows:
+        if r.get("group") not in ("config", "scale", "codec", "shard", "plan") and "round" in r:
+            by[r["op"]][r["round"]] = r
+    return by
 
 
-for op in by:
-    if op.startswith("ckpt save"):
-        line(op, dd_w, "dd write+fsync", 0.9 if op == "ckpt save raw" else None)
-for op in by:
-    if op.startswith("ckpt load") and "share" not in op:
-        line(op, dd_r, "dd read", 0.85 if "reshard" in op else None)
-for op in by:
-    if op.startswith("ckpt load") and "share" in op:
-        # What the ranks got (read + received from a sharing peer) per second,
-        # and what came off the disk.
-        r = by[op]
-        v = r.get("delivered_mb_per_s", r["mb_per_s"])
-        print(f"| {op}: {r['bytes']/1e6:.0f} MB read from disk, {r.get('bytes_received', 0)/1e6:.0f} MB received | {v:.0f} | {v/dd_r:.2f} | dd read (delivered bytes) | >= 0.85x | {'yes' if v/dd_r >= 0.85 else 'NO'} |")
-for op in by:
-    if op.startswith("ckpt reshard"):
-        line(op, dd_w, "dd write+fsync")
-for peer, mine in (("torch.save", "ckpt save raw"), ("torch.load", "ckpt load raw"), ("h5py write", "ckpt save raw")):
-    if peer in by:
-        r = mbps(mine) / mbps(peer)
-        met = "yes" if r >= 2 else "NO"
-        tgt = ">= 2x" if peer != "h5py write" else ""
-        print(f"| {mine} vs {peer} ({mbps(peer):.0f} MB/s) | {mbps(mine):.0f} | {r:.2f} | {peer} | {tgt} | {met if tgt else ''} |")
-if "async" in by:
-    a = by["async"]
-    print(f"| async save blocking {a['blocking_s']*1e3:.1f} ms vs memcpy {a['memcpy_s']*1e3:.1f} ms of {a['rank_bytes']/1e6:.0f} MB | | {a['blocking_over_memcpy']:.2f} | memcpy of the rank's state | <= 1.2x | {'yes' if a['blocking_over_memcpy'] <= 1.2 else 'NO'} |")
-    if "memcpy_after_s" in a:
-        print(f"| async save blocking vs memcpy after the saves ({a['memcpy_after_s']*1e3:.1f} ms) | | "
-              f"{a['blocking_s'] / a['memcpy_after_s']:.2f} | memcpy, page cache holding the saved files | | |")
-    print(f"| async: blocking / total save time | | {a['blocking_over_total']:.3f} | total {a['total_s']:.2f} s | | |")
-    print(f"| async first save (allocates snapshot buffers) | | | blocking {a['first_run']['blocking_s']:.2f} s | | |")
-if "ckpt save zstd" in by and "ckpt save raw" in by:
-    pass
-for op in by:
-    if op.startswith("plan "):
-        p = by[op]
-        ok = p["seconds"] < 10 and p["max_rss_mb"] < 2048
-        print(f"| {op}: {p['ranks']} ranks {p['from']} -> {p['to']} | | | {p['seconds']:.2f} s, {p['max_rss_mb']:.0f} MB RSS | < 10 s, < 2 GB | {'yes' if ok else 'NO'} |")
-        if "bytes_read_total_share_dp" in p:
-            print(f"| {op}: bytes read, all ranks: {p['bytes_read_total']/1e6:,.0f} MB without sharing, {p['bytes_read_total_share_dp']/1e6:,.0f} MB with --share-reads dp (checkpoint {p['checkpoint_bytes']/1e6:,.0f} MB) | | {p['bytes_read_total']/max(p['bytes_read_total_share_dp'],1):.0f}x less | | | |")
-for op in by:
-    if op.startswith("convert ") and "vs_read" in by[op]:
-        c = by[op]
-        base = by.get("convert baseline: read the HF bytes", {}).get("mb_per_s", float("nan"))
-        wb = by.get("convert baseline: write+fsync the same bytes", {}).get("mb_per_s", float("nan"))
-        print(f"| ckpt {op} ({c['model_mb']:.0f} MB model) | {c['mb_per_s']:.0f} | {c['vs_read']:.2f} | read the same bytes ({base:.0f} MB/s; {c.get('vs_write', float('nan')):.2f}x of write+fsync {wb:.0f} MB/s) | | peak RSS {c['peak_rss_mb']:.0f} MB = {c['rss_vs_model']:.2f} x model |")
+def spread(vals, fmt="{:.0f}"):
+    vals = [v for v in vals if v == v]
+    if not vals:
+        return "n/a"
+    m = statistics.median(vals)
+    return f"{fmt.format(m)} [{fmt.format(min(vals))}-{fmt.format(max(vals))}]" if len(vals) > 1 else fmt.format(m)
 
-codec = [r for r in rows if r["op"] == "codec"]
-if codec:
-    print()
-    print("| zstd setting (shuffle, 1 thread, bf16 normal(0,0.02), 4 MiB chunks) | ratio | encode MB/s | decode MB/s | target >= 1.45x at >= 1000 MB/s |")
-    print("|---|---|---|---|---|")
-    for r in codec:
-        met = "yes" if r["ratio"] >= 1.45 and r["encode_mb_per_s"] >= 1000 else "no"
-        name = r["config"]
-        print(f"| {name} | {r['ratio']:.3f} | {r['encode_mb_per_s']:.0f} | {r['decode_mb_per_s']:.0f} | {met} |")
-shard = [r for r in rows if r["op"] == "shard write"]
-if shard:
-    print()
-    print("| shard write, bf16 normal(0,0.02), fsync incl. | MiB | encode workers | MB/s | peak chunks in flight | peak buffered MB |")
-    print("|---|---|---|---|---|---|")
-    for r in shard:
-        print(f"| {r['compression']} | {r['bytes'] >> 20} | {r['encode_threads']} | {r['mb_per_s']:.0f} | {r['peak_chunks_in_flight']} | {r['peak_buffered_bytes']/1e6:.1f} |")
 
-try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    sr = sorted((r["ranks"], r["mb_per_s"]) for r in rows if r["op"].startswith("scale ranks"))
-    ax[0].plot([x for x, _ in sr], [y for _, y in sr], "o-", label="ckpt save (demo state)")
-    ax[0].axhline(dd_w, color="gray", ls="--", label="dd write+fsync")
-    ax[0].set_xlabel("ranks (TP)"); ax[0].set_ylabel("MB/s"); ax[0].set_title("save throughput vs ranks"); ax[0].legend()
-    ss = sorted((r["bytes"] / 1e6, r["mb_per_s"]) for r in rows if r["op"].startswith("scale layers"))
-    ax[1].plot([x for x, _ in ss], [y for _, y in ss], "o-", label="ckpt save, 2 ranks")
-    ax[1].axhline(dd_w, color="gray", ls="--", label="dd write+fsync")
-    ax[1].set_xscale("log"); ax[1].set_xlabel("state size (MB)"); ax[1].set_ylabel("MB/s")
-    ax[1].set_title("save throughput vs state size"); ax[1].legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
-    print(f"\nplot: {os.path.join(out, 'throughput.png')}")
-except ImportError:
-    print("\n(matplotlib missing: no plot; `make bench` installs python3-matplotlib)")
+def mbps(by, op):
+    return [r["mb_per_s"] for r in by.get(op, {}).values() if "mb_per_s" in r]
+
+
+def ratios(by, a, b):
+    """Per-round a/b of MB/s (same round only)."""
+    ra, rb = by.get(a, {}), by.get(b, {})
+    return [ra[k]["mb_per_s"] / rb[k]["mb_per_s"] for k in ra if k in rb]
+
+
+def judged(vals, target, at_least=True):
+    if not vals or target is None:
+        return ""
+    m = statistics.median(vals)
+    return " yes" if (m >= target if at_least else m <= target) else " NO"
+
+
+def limits_table(by, n):
+    print("\n## Machine limits (same run; median [min-max] MB/s over rounds)\n")
+    print("| limit | MB/s | what it is |\n|---|---|---|")
+    for k in sorted({n, 1}, reverse=True):
+        s = names.save_rows(k)
+        print(f"| {s['dd_buf']} | {spread(mbps(by, s['dd_buf']))} | dd of ckpt's own shard files (page-cache source), conv=fsync |")
+        print(f"| {s['dd_direct']} | {spread(mbps(by, s['dd_direct']))} | the same with oflag=direct: the physical write limit; "
+              f"{spread(ratios(by, s['dd_direct'], s['dd_buf']), '{:.2f}')}x buffered |")
+    what = {"page cache": "files resident in this VM's page cache",
+            "host-cached": "after sync + drop_caches: the hypervisor's cache still serves it (not a disk read)",
+            "cold": "a fresh copy written with O_DIRECT and never read: the disk"}
+    for cache in names.CACHES:
+        op = names.load_rows(n, cache)["dd_read"]
+        print(f"| {op} | {spread(mbps(by, op))} | {what[cache]} |")
+    o = names.other_rows(n)
+    print(f"| {o['dd_read_1']} | {spread(mbps(by, o['dd_read_1']))} | the read limit of a 1-rank reshard |")
+    print(f"| {o['memcpy']} | {spread(mbps(by, o['memcpy']))} | one memcpy of the whole state's byte count |")
+    print(f"| {o['sha256']} | {spread(mbps(by, o['sha256']))} | per core; ckpt hashes every chunk on save and load |")
+
+
+def ratio_cells(by, op, pairs):
+    cells = []
+    for base, target, at_least in pairs:
+        v = ratios(by, op, base)
+        mark = "" if target is None else f" (>= {target})" if at_least else f" (<= {target})"
+        cells.append(f"{spread(v, '{:.2f}')}x{mark}{judged(v, target, at_least)}" if v else "n/a")
+    return " | ".join(cells)
+
+
+def save_table(by, n):
+    print("\n## Save (logical MB/s, median [min-max]; ratios per round, target in brackets)\n")
+    print("| row | MB/s | stored MB | vs dd O_DIRECT same writers | vs dd buffered | vs torch.save+fsync | vs h5py+fsync |")
+    print("|---|---|---|---|---|---|---|")
+    for k in sorted({n, 1}, reverse=True):
+        s = names.save_rows(k)
+        pairs = [(s["dd_direct"], 0.9, True), (s["dd_buf"], None, True), (s["torch_save"], 1.2, True),
+                 (s["h5py_save"], None, True)]
+        for key in ("ckpt_raw", "ckpt_raw_wb", "ckpt_zstd", "torch_save", "h5py_save"):
+            op = s[key]
+            if op not in by:
+                continue
+            stored = [r["stored_bytes"] / 1e6 for r in by[op].values() if "stored_bytes" in r]
+            prs = pairs if key.startswith("ckpt") else pairs[:2]
+            cells = ratio_cells(by, op, prs) + (" | | " if len(prs) == 2 else "")
+            print(f"| {op} | {spread(mbps(by, op))} | {spread(stored)} | {cells} |")
+        wb = ratios(by, s["ckpt_raw_wb"], s["ckpt_raw"])
+        if wb:
+            print(f"| early writeback 64 MiB on / off (default), {k} rank(s) | | | {spread(wb, '{:.2f}')}x | | | |")
+
+
+def load_table(by, n):
+    print("\n## Load (hashes verified; logical MB/s, median [min-max]; ratios per round)\n")
+    print("| row | MB/s | vs dd read, same files and cache state | vs torch.load, same cache state |")
+    print("|---|---|---|---|")
+    for cache in names.CACHES:
+        r = names.load_rows(n, cache)
+        print(f"| {r['ckpt_load']} | {spread(mbps(by, r['ckpt_load']))} | "
+              f"{ratio_cells(by, r['ckpt_load'], [(r['dd_read'], 0.9, True), (r['torch_load'], 1.0, True)])} |")
+        print(f"| {r['torch_load']} | {spread(mbps(by, r['torch_load']))} | "
+              f"{ratio_cells(by, r['torch_load'], [(r['dd_read'], None, True)])} | |")
+    o, r = names.other_rows(n), names.load_rows(n, "page cache")
+    z = o["ckpt_load_zstd"]
+    stored = [x["stored_bytes"] / 1e6 for x in by.get(z, {}).values()]
+    print(f"| {z} (stored {spread(stored)} MB) | {spread(mbps(by, z))} | "
+          f"{ratio_cells(by, z, [(r['dd_read'], None, True)])} (raw files) | "
+          f"{ratio_cells(by, z, [(r['torch_load'], None, True)])} |")
+    print(f"| {o['reshard']} | {spread(mbps(by, o['reshard']))} | "
+          f"{ratio_cells(by, o['reshard'], [(o['dd_read_1'], 0.85, True)])} (1 reader) | |")
+
+
+def main(results, out):
+    rows = [json.loads(line) for line in open(results) if line.strip()]
+    cfg = next(r for r in rows if r["op"] == "config")
+    by, n = index(rows), cfg["ranks"]
+    loads = [r["load1"] for r in rows if "load1" in r]
+    print(f"# ckpt bench: demo GPT, {cfg['layers']} layers, {n} ranks, {cfg['rounds']} rounds, {cfg['cores']} cores; "
+          f"load average during the run {spread(loads, '{:.1f}')}"
+          f"{'' if cfg['dropped_caches'] else '; drop_caches NOT allowed: host-cached rows are page-cache reads'}")
+    limits_table(by, n)
+    save_table(by, n)
+    load_table(by, n)
+    report_more.async_table(by, names.other_rows(n)["async"], spread, judged)
+    report_more.scaling_table(rows, spread)
+    report_more.extras(rows)
+    report_more.caveats()
+    report_more.plots(rows, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,196 +1,209 @@
 #!/usr/bin/env python3
-"""One command, one run, one machine: the disk and memory limits (dd with
-fsync, cold dd read, memcpy), the chunk codec table (zstd settings: ratio,
-encode/decode MB/s) and pipelined shard writes (encode workers 0/1/2), ckpt
-save (default workers and serial)/load/reshard raw and compressed, async-save
-blocking time, peers (torch.save/torch.load per rank, h5py) on the same arrays,
-scaling over ranks and state size, ckpt convert (each direction vs reading the
-same bytes, peak RSS vs model size), and the 70B/405B plan simulation. Prints
-a table of MB/s and ratios and writes bench/out/*.png.
+"""`make bench`: ckpt against honest baselines, one machine, one run.
 
-  bench/run.py [build-dir]     (CKPT_BENCH_DIR: scratch, default <build>/benchdata;
-                                CKPT_BENCH_RANKS: ranks, default 2)
+Every row is measured in ROUNDS rounds, the rows of a round in alternation
+(the order rotates each round), and reported as median [min-max]; ratios are
+taken within a round and reported the same way. Baselines do the same work
+where they can: the same bytes (dd copies ckpt's own shard files; torch.save
+and h5py save the arrays read from them), the same number of writers (one per
+rank), the same durability (fsync of each file). bench/ops.py says what each
+cache state of a read is; bench/report.py prints the machine-limits table,
+every ckpt figure as a ratio to its limit and its peers, the scaling rows and
+the plots (bench/out/*.png), and which baseline cannot do identical work.
 
-Every job runs through scripts/harness/launcher.py with a deadline (every
-process of a job that overruns is killed). Results: bench/out/results.jsonl.
+  bench/run.py [build-dir] [--full]
+  env: CKPT_BENCH_FULL=1 (= --full: the 1.02 GB demo state, 5 rounds, sizes up
+         to ~4 GB, 1/2/4 ranks, the shard-write and convert tables)
+       CKPT_BENCH_ROUNDS, CKPT_BENCH_LAYERS (state = demo GPT with that many
+         layers: 1 ~0.36 GB, 2 ~0.45 GB (default), 8 ~1.02 GB), CKPT_BENCH_RANKS
+         (default 2), CKPT_BENCH_DIR (scratch; default <build>/benchdata)
+Results: bench/out/results.jsonl (every sample), then the report.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "scripts", "harness"))
-import launcher  # noqa: E402
+sys.path.insert(0, HERE)
+import names  # noqa: E402
+import ops  # noqa: E402
 
-BUILD = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "build")
-CKPT, BENCH = os.path.join(BUILD, "cli", "ckpt"), os.path.join(BUILD, "bench", "ckpt_bench")
-DIR = os.environ.get("CKPT_BENCH_DIR", os.path.join(BUILD, "benchdata"))
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+FULL = "--full" in sys.argv or os.environ.get("CKPT_BENCH_FULL") == "1"
+BUILD = os.path.realpath(ARGS[0] if ARGS else "build")
+N = int(os.environ.get("CKPT_BENCH_RANKS", "2"))
+ROUNDS = int(os.environ.get("CKPT_BENCH_ROUNDS", "5" if FULL else "3"))
+LAYERS = int(os.environ.get("CKPT_BENCH_LAYERS", "8" if FULL else "2"))
+SIZES = (1, 2, 4, 8, 16, 40) if FULL else (1, 2, 4)
+RANK_POINTS = (1, 2, 4) if FULL else (1, 2)
+P = ops.Paths(BUILD, os.environ.get("CKPT_BENCH_DIR", os.path.join(BUILD, "benchdata")))
 OUTDIR = os.path.join(HERE, "out")
-RANKS = int(os.environ.get("CKPT_BENCH_RANKS", "2"))
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
-PY = "/usr/bin/python3"
-DEADLINE_S = 1800.0
-os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 R = os.path.join(OUTDIR, "results.jsonl")
 
 
+def model(layers: int) -> str:
+    return f"demo:num_layers={layers}"
+
+
 def emit(row: dict) -> None:
-    line = json.dumps(row)
-    print(line, flush=True)
+    if "seconds" in row and "bytes" in row:
+        row["mb_per_s"] = row["bytes"] / 1e6 / row["seconds"]
+    row["load1"] = round(os.getloadavg()[0], 2)
+    row.pop("files", None)
     with open(R, "a") as f:
-        f.write(line + "\n")
+        f.write(json.dumps(row) + "\n")
+    rate = f"{row['mb_per_s']:8.0f} MB/s" if "mb_per_s" in row else ""
+    print(f"  r{row.get('round', '-')} {row['op']:<58} {rate}  load {row['load1']}", flush=True)
 
 
-def job(argv, capture=True) -> str:
-    """Runs argv as a launcher job; returns its stdout (fails the bench on a non-zero exit)."""
-    out = os.path.join(DIR, ".job.out")
-    r = launcher.run_job([str(a) for a in argv], DEADLINE_S, stdout=out if capture else None)
-    if r.rc != 0:
-        raise SystemExit(f"bench: {' '.join(map(str, argv))} exited {r.rc}")
-    if not capture:
-        return ""
-    with open(out) as f:
-        return f.read()
+def d(*parts) -> str:
+    return os.path.join(P.dir, *parts)
 
 
-def json_lines(text: str) -> list:
-    return [json.loads(ln) for ln in text.splitlines() if ln.strip().startswith("{")]
+def references() -> dict:
+    """The checkpoints whose bytes every baseline reuses (saved once, not timed here)."""
+    refs = {"n": d("ref_n"), "1": d("ref_1"), "z": d("ref_z")}
+    refs["bytes"] = ops.ckpt_save(P, refs["n"], N, model(LAYERS))["bytes"]
+    ops.ckpt_save(P, refs["1"], 1, model(LAYERS))
+    ops.ckpt_save(P, refs["z"], N, model(LAYERS), "--compress", "zstd")
+    return refs
 
 
-def cold() -> bool:
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
+def it(root: str) -> str:
+    return os.path.join(root, "iter_0000001")
 
 
-def rate(op: str, nbytes: int, seconds: float, **extra) -> None:
-    emit({"op": op, "bytes": nbytes, "seconds": seconds, "mb_per_s": nbytes / 1e6 / seconds, **extra})
+def write_ops(refs: dict) -> list:
+    out = []
+    for n, ref in ((N, refs["n"]), (1, refs["1"])):
+        s, src = names.save_rows(n), ops.rank_files(it(ref))
+        out += [(s["dd_buf"], lambda src=src: ops.dd_write(src, d("w", "dd"), False)),
+                (s["dd_direct"], lambda src=src: ops.dd_write(src, d("w", "dd"), True)),
+                (s["ckpt_raw"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS))),
+                (s["ckpt_raw_wb"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS),
+                                                              env={"CKPT_WRITEBACK_MIB": "64"}))]
+        if n == N or FULL:
+            out += [(s["torch_save"], lambda n=n, ref=ref: ops.peer(P, "torch.save", it(ref), d("w", f"torch{n}"))),
+                    (s["h5py_save"], lambda n=n, ref=ref: ops.peer(P, "h5py.save", it(ref), d("w", f"h5py{n}")))]
+    s = names.save_rows(N)
+    out.append((s["ckpt_zstd"], lambda: ops.ckpt_save(P, d("w", "ckpt"), N, model(LAYERS), "--compress", "zstd")))
+    return out
 
 
-def timed(argv) -> float:
-    t0 = time.monotonic()
-    job(argv, capture=False)
-    return time.monotonic() - t0
+def prepared(cache: str, src: str, tag: str) -> str:
+    """src as the read will find it: warm in this VM, after drop_caches, or a fresh O_DIRECT copy."""
+    if cache == "page cache":
+        ops.warm(f for dd, _, fs in os.walk(src) for f in (os.path.join(dd, x) for x in fs))
+        return src
+    if cache == "host-cached":
+        ops.drop_caches()
+        return src
+    return ops.fresh_copy(src, d("r", tag))
 
 
-def baselines() -> None:
-    print("== baselines")
-    dd = os.path.join(DIR, "dd.bin")
-    rate("dd write+fsync, 1 writer", 1 << 30,
-         timed(["dd", "if=/dev/zero", f"of={dd}", "bs=4M", "count=256", "conv=fsync", "status=none"]))
-    n = 256 // RANKS
-    t0 = time.monotonic()
-    procs = [subprocess.Popen(["dd", "if=/dev/zero", f"of={DIR}/dd{i}.bin", "bs=4M", f"count={n}", "conv=fsync",
-                               "status=none"]) for i in range(RANKS)]
-    for p in procs:
-        p.wait(timeout=DEADLINE_S)
-    rate(f"dd write+fsync, {RANKS} writers", n * RANKS * 4194304, time.monotonic() - t0)
-    for i in range(RANKS):
-        os.remove(f"{DIR}/dd{i}.bin")
-    c = cold()
-    rate("dd read", 1 << 30, timed(["dd", f"if={dd}", "of=/dev/null", "bs=4M", "status=none"]), cold=c)
-    os.remove(dd)
-    for row in json_lines(job([BENCH, "memcpy", 1024])):
-        emit(row)
-    print("== chunk codec: zstd settings on bf16 normal(0,0.02), 1 thread (table on stderr)")
-    for row in json_lines(job([BENCH, "codec", 256])):
-        emit(row)
-    print("== pipelined shard write (512 MiB bf16): encode workers 0 (serial) / 1 / 2")
-    for comp in ("none", "zstd"):
-        for t in (0, 1, 2):
-            for row in json_lines(job([BENCH, "shard", 512, t, comp, DIR])):
-                emit(row)
-    for name in os.listdir(DIR):
-        if name.startswith("shard_") and name.endswith(".h5"):
-            os.remove(os.path.join(DIR, name))
+def read_ops(refs: dict) -> list:
+    out = []
+    torch_dir = d("w", f"torch{N}")
+    for cache in names.CACHES:
+        r = names.load_rows(N, cache)
+        out += [(r["dd_read"], lambda c=cache: ops.dd_read(ops.rank_files(prepared(c, it(refs["n"]), "dd")), N)),
+                (r["ckpt_load"], lambda c=cache: ops.ckpt_load(P, prepared(c, refs["n"], "ckpt"), N, f"tp={N}")),
+                (r["torch_load"], lambda c=cache: ops.peer(P, "torch.load", prepared(c, torch_dir, "torch")))]
+    o = names.other_rows(N)
+    out += [(o["ckpt_load_zstd"], lambda: ops.ckpt_load(P, prepared("page cache", refs["z"], ""), N, f"tp={N}")),
+            (o["reshard"], lambda: ops.ckpt_load(P, prepared("page cache", refs["n"], ""), 1, "tp=1")),
+            (o["dd_read_1"], lambda: ops.dd_read(ops.rank_files(prepared("page cache", it(refs["n"]), "")), 1))]
+    return out
 
 
-def run_save(name, np_, layout, model, *flags) -> None:
-    j = json.loads(job(MPIRUN + ["-np", np_, CKPT, "save", "--root", os.path.join(DIR, name), "--iter", 1, "--model",
-                                 model, "--layout", layout, "--json", *flags]))
-    emit({**j, "op": name})
+def limit_rows(rnd: int, state_bytes: int) -> None:
+    o = names.other_rows(N)
+    for row in ops.bench_rows(P, "memcpy", max(1, state_bytes >> 20)):
+        emit({**row, "op": o["memcpy"], "round": rnd, "group": "limit"})
+    for row in ops.bench_rows(P, "sha256", 256):
+        emit({**row, "op": o["sha256"], "round": rnd, "group": "limit"})
+    for row in ops.bench_rows(P, "async", model(LAYERS), f"tp={N}", d("async"), mpi_ranks=N):
+        emit({**row, "op": o["async"], "round": rnd, "group": "async"})
+    shutil.rmtree(d("async"), ignore_errors=True)
 
 
-def run_load(name, root, np_, layout, *flags) -> None:
-    c = cold()
-    j = json.loads(job(MPIRUN + ["-np", np_, CKPT, "load", "--root", root, "--layout", layout, "--json", "--no-check",
-                                 *flags]))
-    emit({**j, "op": name, "cold": c})
+def rounds(refs: dict) -> None:
+    w, r = write_ops(refs), read_ops(refs)
+    state_bytes = refs["bytes"]
+    for rnd in range(ROUNDS):
+        print(f"== round {rnd + 1}/{ROUNDS}")
+        # Writes first (torch.load reads this round's torch.save files), each
+        # group in an order rotated by one per round.
+        for group, lst in (("write", w), ("read", r)):
+            k = rnd % len(lst)
+            for name, fn in lst[k:] + lst[:k]:
+                emit({**fn(), "op": name, "round": rnd, "group": group})
+        limit_rows(rnd, state_bytes)
 
 
-def ckpt_runs() -> None:
-    print(f"== ckpt on the demo state (~1 GB bf16) at TP{RANKS}")
-    tp = f"tp={RANKS}"
-    raw = os.path.join(DIR, "ckpt save raw")
-    run_save("ckpt save raw", RANKS, tp, "demo")
-    run_save("ckpt save zstd", RANKS, tp, "demo", "--compress", "zstd")
-    run_save("ckpt save raw serial", RANKS, tp, "demo", "--encode-threads", 0)
-    run_save("ckpt save zstd serial", RANKS, tp, "demo", "--compress", "zstd", "--encode-threads", 0)
-    run_load("ckpt load raw", raw, RANKS, tp)
-    run_load("ckpt load zstd", os.path.join(DIR, "ckpt save zstd"), RANKS, tp)
-    run_load(f"ckpt load+reshard TP{RANKS}->TP1", raw, 1, "tp=1")
-    # DP replicas: every rank needs the whole model; read sharing reads it once.
-    run_load(f"ckpt load+reshard TP{RANKS}->DP{RANKS} share none", raw, RANKS, f"dp={RANKS}", "--share-reads", "none")
-    run_load(f"ckpt load+reshard TP{RANKS}->DP{RANKS} share dp", raw, RANKS, f"dp={RANKS}", "--share-reads", "dp")
-    out = os.path.join(DIR, "resharded")
-    s = timed([CKPT, "reshard", raw, out, "--to", "tp=1"])
-    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
-    rate(f"ckpt reshard offline TP{RANKS}->TP1", size, s)
-    print("== async save (blocking part vs memcpy of the rank's state)")
-    for row in json_lines(job(MPIRUN + ["-np", RANKS, BENCH, "async", "demo", tp, os.path.join(DIR, "async")])):
-        emit(row)
-    print("== peers on the same arrays")
-    job([PY, os.path.join(HERE, "peers.py"), os.path.join(raw, "iter_0000001"), os.path.join(DIR, "peers"), R],
-        capture=False)
-    print("== scaling: ranks and state size")
-    for np_ in (1, 2, 4):
-        run_save(f"scale ranks {np_}", np_, f"tp={np_}", "demo")
-        shutil.rmtree(os.path.join(DIR, f"scale ranks {np_}"), ignore_errors=True)
-    for layers in (1, 2, 4, 8):
-        run_save(f"scale layers {layers}", 2, "tp=2", f"demo:num_layers={layers}")
-        shutil.rmtree(os.path.join(DIR, f"scale layers {layers}"), ignore_errors=True)
+def scaling() -> None:
+    """ckpt save vs dd (buffered and O_DIRECT) of the files it just wrote: state size (N ranks), then ranks."""
+    print("== scaling: state size and ranks (ckpt save, then dd of its own files)")
+    points = [(N, layers) for layers in SIZES] + [(n, LAYERS) for n in RANK_POINTS]
+    for rnd in range(max(2, ROUNDS - 2)):
+        for n, layers in points:
+            root = d("s", "ckpt")
+            s = ops.ckpt_save(P, root, n, model(layers))
+            tag = {"round": rnd, "group": "scale", "ranks": n, "layers": layers, "state_bytes": s["bytes"]}
+            emit({**s, **tag, "op": "scale ckpt save raw"})
+            src = ops.rank_files(it(root))
+            emit({**ops.dd_write(src, d("s", "dd"), False), **tag, "op": "scale dd write buffered+fsync"})
+            emit({**ops.dd_write(src, d("s", "dd"), True), **tag, "op": "scale dd write O_DIRECT+fsync"})
+            shutil.rmtree(d("s"), ignore_errors=True)
 
 
-def plan_simulation() -> None:
+def extras() -> None:
+    print("== chunk codec: zstd settings on bf16 normal(0,0.02), 1 thread")
+    for row in ops.bench_rows(P, "codec", 256 if FULL else 64):
+        emit({**row, "group": "codec"})
+    if FULL:
+        print("== pipelined shard write (512 MiB bf16): encode workers 0 / 1 / 2")
+        for comp in ("none", "zstd"):
+            for t in (0, 1, 2):
+                for row in ops.bench_rows(P, "shard", 512, t, comp, P.dir):
+                    emit({**row, "group": "shard"})
+        print("== ckpt convert (HF safetensors <-> ckpt, torch.save) vs reading its bytes")
+        ops.job([ops.PY, os.path.join(HERE, "convert_bench.py"), P.ckpt, d("convert"), R], scratch=P.dir)
     print("== plan simulation (no data)")
-    for model, src, dst in (("llama70b", "tp=8,pp=16,dp=64", "tp=8,pp=8,dp=128"),
-                            ("llama405b", "tp=8,pp=14,dp=146", "tp=8,pp=7,dp=292")):
-        out, tfile = os.path.join(DIR, "plan.json"), os.path.join(DIR, "time.txt")
-        r = launcher.run_job(["/usr/bin/time", "-f", "%e %M", "-o", tfile, CKPT, "plan", "--simulate", model, "--from",
-                              src, "--to", dst, "--json"], DEADLINE_S, stdout=out)
-        if r.rc != 0:
-            continue
-        with open(out) as f:
-            j = json.load(f)
+    for mdl, src, dst in (("llama70b", "tp=8,pp=16,dp=64", "tp=8,pp=8,dp=128"),
+                          ("llama405b", "tp=8,pp=14,dp=146", "tp=8,pp=7,dp=292")):
+        tfile = d("time.txt")
+        j = json.loads(ops.job(["/usr/bin/time", "-f", "%e %M", "-o", tfile, P.ckpt, "plan", "--simulate", mdl,
+                                "--from", src, "--to", dst, "--json"], scratch=P.dir))
         with open(tfile) as f:
-            seconds, rss_kb = f.read().split()[-2:]
-        emit({"op": "plan " + model, "ranks": j["ranks"], "seconds": float(seconds),
-              "max_rss_mb": int(rss_kb) / 1024, "bytes_read_total": j["bytes_read_total"],
-              "bytes_read_total_share_dp": j["bytes_read_total_share_dp"], "checkpoint_bytes": j["checkpoint_bytes"],
-              "from": j["from"], "to": j["to"]})
+            secs, rss_kb = f.read().split()[-2:]
+        emit({"op": "plan " + mdl, "group": "plan", "ranks": j["ranks"], "wall_s": float(secs),
+              "max_rss_mb": int(rss_kb) / 1024,
+              "bytes_read_total": j["bytes_read_total"], "bytes_read_total_share_dp": j["bytes_read_total_share_dp"],
+              "checkpoint_bytes": j["checkpoint_bytes"], "from": j["from"], "to": j["to"]})
 
 
 def main() -> int:
-    shutil.rmtree(DIR, ignore_errors=True)
-    os.makedirs(DIR)
+    shutil.rmtree(P.dir, ignore_errors=True)
+    os.makedirs(P.dir)
     os.makedirs(OUTDIR, exist_ok=True)
     open(R, "w").close()
-    baselines()
-    ckpt_runs()
-    print("== ckpt convert (HF safetensors <-> ckpt, torch.save) on a ~1 GB model vs reading its bytes")
-    job([PY, os.path.join(HERE, "convert_bench.py"), CKPT, os.path.join(DIR, "convert"), R], capture=False)
-    plan_simulation()
-    job([PY, os.path.join(HERE, "report.py"), R, OUTDIR], capture=False)
-    shutil.rmtree(DIR, ignore_errors=True)
+    t0 = time.monotonic()
+    emit({"op": "config", "group": "config", "ranks": N, "rounds": ROUNDS, "layers": LAYERS, "full": FULL,
+          "cores": os.cpu_count(), "dropped_caches": ops.drop_caches()})
+    refs = references()
+    rounds(refs)
+    scaling()
+    extras()
+    emit({"op": "bench wall time", "group": "config", "wall_s": time.monotonic() - t0})
+    ops.job([ops.PY, os.path.join(HERE, "report.py"), R, OUTDIR], scratch=P.dir)
+    with open(os.path.join(P.dir, ".job.out")) as f:
+        print(f.read())
+    shutil.rmtree(P.dir, ignore_errors=True)
     return 0
 
 
