@@ -60,6 +60,8 @@ def limits_table(by, n):
     print("| limit | MB/s | what it is |\n|---|---|---|")
     for k in sorted({n, 1}, reverse=True):
         s = names.save_rows(k)
+        if s["dd_buf"] not in by:  # the 1-writer rows: --full only
+            continue
         print(f"| {s['dd_buf']} | {spread(mbps(by, s['dd_buf']))} | dd of ckpt's own shard files (page-cache source), conv=fsync |")
         print(f"| {s['dd_direct']} | {spread(mbps(by, s['dd_direct']))} | the same with oflag=direct: the physical write limit; "
               f"{spread(ratios(by, s['dd_direct'], s['dd_buf']), '{:.2f}')}x buffered |")
@@ -133,6 +135,9 @@ def main(results, out):
     print(f"# ckpt bench: demo GPT, {cfg['layers']} layers, {n} ranks, {cfg['rounds']} rounds, {cfg['cores']} cores; "
           f"load average during the run {spread(loads, '{:.1f}')}"
           f"{'' if cfg['dropped_caches'] else '; drop_caches NOT allowed: host-cached rows are page-cache reads'}")
+    walls = {r["op"]: r["wall_s"] for r in rows if r.get("group") == "config" and "wall_s" in r}
+    print(f"{'full run (--full)' if cfg.get('full') else 'default run (make bench BENCH_FLAGS=--full for the full one)'}; "
+          "wall " + ", ".join(f"{k.replace('wall ', '')} {v:.0f} s" for k, v in walls.items()))
     limits_table(by, n)
     save_table(by, n)
     load_table(by, n)

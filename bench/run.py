@@ -12,11 +12,18 @@ every ckpt figure as a ratio to its limit and its peers, the scaling rows and
 the plots (bench/out/*.png), and which baseline cannot do identical work.
 
   bench/run.py [build-dir] [--full]
-  env: CKPT_BENCH_FULL=1 (= --full: the 1.02 GB demo state, 5 rounds, sizes up
-         to ~4 GB, 1/2/4 ranks, the shard-write and convert tables)
-       CKPT_BENCH_ROUNDS, CKPT_BENCH_LAYERS (state = demo GPT with that many
-         layers: 1 ~0.36 GB, 2 ~0.45 GB (default), 8 ~1.02 GB), CKPT_BENCH_RANKS
+  default (`make bench`, a few minutes on 2 cores): ~0.36 GB state (1 layer),
+    3 rounds, N ranks only (no 1-rank write rows), scaling 1 round over 1 and 2
+    layers at N ranks and 1 layer at 1 rank, the codec table on 64 MiB.
+  --full or CKPT_BENCH_FULL=1 (`make bench BENCH_FLAGS=--full`; ~15+ min): the
+    1.02 GB demo state, 5 rounds, N and 1-rank write rows (with torch.save/h5py
+    peers for both), sizes up to ~4 GB and 1/2/4 ranks over 3 rounds, the
+    shard-write and convert tables.
+  env: CKPT_BENCH_ROUNDS, CKPT_BENCH_LAYERS (state = demo GPT with that many
+         layers: 1 ~0.36 GB, 2 ~0.45 GB, 8 ~1.02 GB), CKPT_BENCH_RANKS
          (default 2), CKPT_BENCH_DIR (scratch; default <build>/benchdata)
+Every baseline still does the same work as the row it is compared with in
+both modes; the default only measures fewer rows, smaller, fewer times.
 Results: bench/out/results.jsonl (every sample), then the report.
 """
 from __future__ import annotations
@@ -37,9 +44,11 @@ FULL = "--full" in sys.argv or os.environ.get("CKPT_BENCH_FULL") == "1"
 BUILD = os.path.realpath(ARGS[0] if ARGS else "build")
 N = int(os.environ.get("CKPT_BENCH_RANKS", "2"))
 ROUNDS = int(os.environ.get("CKPT_BENCH_ROUNDS", "5" if FULL else "3"))
-LAYERS = int(os.environ.get("CKPT_BENCH_LAYERS", "8" if FULL else "2"))
-SIZES = (1, 2, 4, 8, 16, 40) if FULL else (1, 2, 4)
-RANK_POINTS = (1, 2, 4) if FULL else (1, 2)
+LAYERS = int(os.environ.get("CKPT_BENCH_LAYERS", "8" if FULL else "1"))
+SIZES = (1, 2, 4, 8, 16, 40) if FULL else (1, 2)
+RANK_POINTS = (1, 2, 4) if FULL else (1,)
+SCALE_ROUNDS = max(2, ROUNDS - 2) if FULL else 1
+WRITE_RANKS = tuple(dict.fromkeys((N, 1))) if FULL else (N,)  # 1-rank write rows only in --full
 P = ops.Paths(BUILD, os.environ.get("CKPT_BENCH_DIR", os.path.join(BUILD, "benchdata")))
 OUTDIR = os.path.join(HERE, "out")
 R = os.path.join(OUTDIR, "results.jsonl")
@@ -68,7 +77,8 @@ def references() -> dict:
     """The checkpoints whose bytes every baseline reuses (saved once, not timed here)."""
     refs = {"n": d("ref_n"), "1": d("ref_1"), "z": d("ref_z")}
     refs["bytes"] = ops.ckpt_save(P, refs["n"], N, model(LAYERS))["bytes"]
-    ops.ckpt_save(P, refs["1"], 1, model(LAYERS))
+    if 1 in WRITE_RANKS and N != 1:
+        ops.ckpt_save(P, refs["1"], 1, model(LAYERS))
     ops.ckpt_save(P, refs["z"], N, model(LAYERS), "--compress", "zstd")
     return refs
 
@@ -79,7 +89,8 @@ def it(root: str) -> str:
 
 def write_ops(refs: dict) -> list:
     out = []
-    for n, ref in ((N, refs["n"]), (1, refs["1"])):
+    for n in WRITE_RANKS:
+        ref = refs["n"] if n == N else refs["1"]
         s, src = names.save_rows(n), ops.rank_files(it(ref))
         out += [(s["dd_buf"], lambda src=src: ops.dd_write(src, d("w", "dd"), False)),
                 (s["dd_direct"], lambda src=src: ops.dd_write(src, d("w", "dd"), True)),
@@ -149,7 +160,7 @@ def scaling() -> None:
     """ckpt save vs dd (buffered and O_DIRECT) of the files it just wrote: state size (N ranks), then ranks."""
     print("== scaling: state size and ranks (ckpt save, then dd of its own files)")
     points = [(N, layers) for layers in SIZES] + [(n, LAYERS) for n in RANK_POINTS]
-    for rnd in range(max(2, ROUNDS - 2)):
+    for rnd in range(SCALE_ROUNDS):
         for n, layers in points:
             root = d("s", "ckpt")
             s = ops.ckpt_save(P, root, n, model(layers))
@@ -187,6 +198,14 @@ def extras() -> None:
               "checkpoint_bytes": j["checkpoint_bytes"], "from": j["from"], "to": j["to"]})
 
 
+def timed(section: str, fn):
+    """Runs fn; records its wall time (row 'wall <section>', printed by the report)."""
+    t = time.monotonic()
+    out = fn()
+    emit({"op": f"wall {section}", "group": "config", "wall_s": time.monotonic() - t})
+    return out
+
+
 def main() -> int:
     shutil.rmtree(P.dir, ignore_errors=True)
     os.makedirs(P.dir)
@@ -195,11 +214,11 @@ def main() -> int:
     t0 = time.monotonic()
     emit({"op": "config", "group": "config", "ranks": N, "rounds": ROUNDS, "layers": LAYERS, "full": FULL,
           "cores": os.cpu_count(), "dropped_caches": ops.drop_caches()})
-    refs = references()
-    rounds(refs)
-    scaling()
-    extras()
-    emit({"op": "bench wall time", "group": "config", "wall_s": time.monotonic() - t0})
+    refs = timed("references", references)
+    timed("rounds", lambda: rounds(refs))
+    timed("scaling", scaling)
+    timed("extras", extras)
+    emit({"op": "bench wall time", "group": "config", "wall_s": time.monotonic() - t0, "full": FULL})
     ops.job([ops.PY, os.path.join(HERE, "report.py"), R, OUTDIR], scratch=P.dir)
     with open(os.path.join(P.dir, ".job.out")) as f:
         print(f.read())
