@@ -4,9 +4,10 @@
 # make demo-synthetic : the ~1 GB synthetic save/verify/load table (scripts/demo.sh).
 # make test : install missing packages, build, run the whole test suite.
 # make bench [BENCH_FLAGS=--full] : ckpt against honest baselines (bench/run.py):
-#   default ~0.36 GB state, 2 ranks, 3 alternating rounds, 1 scaling round (a few
-#   minutes on 2 cores); --full (or CKPT_BENCH_FULL=1): the 1.02 GB demo state,
-#   5 rounds, 1-rank rows too, sizes up to ~4 GB, 1/2/4 ranks (15+ min).
+#   default ~0.36 GB state, 2 ranks, 3 alternating rounds, page-cache and cold
+#   reads, 1 scaling round (~5 min on 2 cores); --full (or CKPT_BENCH_FULL=1): the
+#   1.02 GB demo state, 5 rounds, 1-rank rows and host-cached reads too, sizes up
+#   to ~4 GB, 1/2/4 ranks (15+ min).
 # make install [PREFIX=/usr/local] : install the command, libraries, headers,
 #   CMake package, pkg-config files and the HDF5 plugin (CMakeLists.txt "Install").
 # make sanitize : unit tests under ASan+UBSan in $(SAN_BUILD) (.ci/run).

@@ -70,6 +70,8 @@ def limits_table(by, n):
             "cold": "a fresh copy written with O_DIRECT and never read: the disk"}
     for cache in names.CACHES:
         op = names.load_rows(n, cache)["dd_read"]
+        if op not in by:  # host-cached: --full only
+            continue
         print(f"| {op} | {spread(mbps(by, op))} | {what[cache]} |")
     o = names.other_rows(n)
     print(f"| {o['dd_read_1']} | {spread(mbps(by, o['dd_read_1']))} | the read limit of a 1-rank reshard |")
@@ -113,6 +115,8 @@ def load_table(by, n):
     print("|---|---|---|---|")
     for cache in names.CACHES:
         r = names.load_rows(n, cache)
+        if r["ckpt_load"] not in by:  # host-cached: --full only
+            continue
         print(f"| {r['ckpt_load']} | {spread(mbps(by, r['ckpt_load']))} | "
               f"{ratio_cells(by, r['ckpt_load'], [(r['dd_read'], 0.9, True), (r['torch_load'], 1.0, True)])} |")
         print(f"| {r['torch_load']} | {spread(mbps(by, r['torch_load']))} | "

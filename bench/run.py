@@ -13,11 +13,13 @@ the plots (bench/out/*.png), and which baseline cannot do identical work.
 
   bench/run.py [build-dir] [--full]
   default (`make bench`, a few minutes on 2 cores): ~0.36 GB state (1 layer),
-    3 rounds, N ranks only (no 1-rank write rows), scaling 1 round over 1 and 2
-    layers at N ranks and 1 layer at 1 rank, the codec table on 64 MiB.
+    3 rounds, N ranks only (no 1-rank write rows), reads from the page cache
+    and cold (no host-cached rows), scaling 1 round over 1 and 2 layers at N
+    ranks and 1 layer at 1 rank, the codec table on 64 MiB. Measured: 324 s at
+    load ~7 with host-cached rows, which this default then dropped.
   --full or CKPT_BENCH_FULL=1 (`make bench BENCH_FLAGS=--full`; ~15+ min): the
     1.02 GB demo state, 5 rounds, N and 1-rank write rows (with torch.save/h5py
-    peers for both), sizes up to ~4 GB and 1/2/4 ranks over 3 rounds, the
+    peers for both), host-cached reads, sizes up to ~4 GB and 1/2/4 ranks over 3 rounds, the
     shard-write and convert tables.
   env: CKPT_BENCH_ROUNDS, CKPT_BENCH_LAYERS (state = demo GPT with that many
          layers: 1 ~0.36 GB, 2 ~0.45 GB, 8 ~1.02 GB), CKPT_BENCH_RANKS
@@ -49,6 +51,7 @@ SIZES = (1, 2, 4, 8, 16, 40) if FULL else (1, 2)
 RANK_POINTS = (1, 2, 4) if FULL else (1,)
 SCALE_ROUNDS = max(2, ROUNDS - 2) if FULL else 1
 WRITE_RANKS = tuple(dict.fromkeys((N, 1))) if FULL else (N,)  # 1-rank write rows only in --full
+CACHES = names.CACHES if FULL else ("page cache", "cold")  # host-cached reads only in --full
 P = ops.Paths(BUILD, os.environ.get("CKPT_BENCH_DIR", os.path.join(BUILD, "benchdata")))
 OUTDIR = os.path.join(HERE, "out")
 R = os.path.join(OUTDIR, "results.jsonl")
@@ -119,7 +122,7 @@ def prepared(cache: str, src: str, tag: str) -> str:
 def read_ops(refs: dict) -> list:
     out = []
     torch_dir = d("w", f"torch{N}")
-    for cache in names.CACHES:
+    for cache in CACHES:
         r = names.load_rows(N, cache)
         out += [(r["dd_read"], lambda c=cache: ops.dd_read(ops.rank_files(prepared(c, it(refs["n"]), "dd")), N)),
                 (r["ckpt_load"], lambda c=cache: ops.ckpt_load(P, prepared(c, refs["n"], "ckpt"), N, f"tp={N}")),
