@@ -414,6 +414,9 @@ int main(int argc, char** argv) {
               static_cast<long long>(per_kind[0]), static_cast<long long>(per_kind[1]),
               static_cast<long long>(per_kind[2]), corpus[0].size() + corpus[1].size() + corpus[2].size(),
               seeds_loaded, static_cast<long long>(replayed), fresh.size(), static_cast<long long>(rss_mb));
+  // LeakSanitizer checks at exit and ends the process with _exit on a leak:
+  // flush so the summary is not lost with the stdio buffer.
+  std::fflush(stdout);
   if (rss_mb > a.max_rss_mb) {
     std::fprintf(stderr, "ckpt_fuzz: peak RSS %lld MB exceeds --max-rss-mb %lld\n", static_cast<long long>(rss_mb),
                  static_cast<long long>(a.max_rss_mb));
