@@ -220,7 +220,11 @@ Status CheckCodecOptions(const CodecOptions& opts) {
   return Status::Ok();
 }
 
-void ByteShuffle(std::span<const std::byte> in, size_t elem_size, std::span<std::byte> out) {
+namespace {
+
+// Shuffle and unshuffle differ only in the kernels: same fallbacks for one
+// element or byte-sized elements, same copy of a trailing partial element.
+void Permute(std::span<const std::byte> in, size_t elem_size, std::span<std::byte> out, bool shuffle) {
   assert(out.size() >= in.size());
   const auto* src = reinterpret_cast<const uint8_t*>(in.data());
   auto* dst = reinterpret_cast<uint8_t*>(out.data());
@@ -229,27 +233,21 @@ void ByteShuffle(std::span<const std::byte> in, size_t elem_size, std::span<std:
     if (!in.empty()) std::memcpy(dst, src, in.size());
     return;
   }
-  if (elem_size == 2) Shuffle2(src, n, dst);
-  else if (elem_size == 4) Shuffle4(src, n, dst);
-  else ShuffleGeneric(src, n, elem_size, dst);
+  if (elem_size == 2) shuffle ? Shuffle2(src, n, dst) : Unshuffle2(src, n, dst);
+  else if (elem_size == 4) shuffle ? Shuffle4(src, n, dst) : Unshuffle4(src, n, dst);
+  else shuffle ? ShuffleGeneric(src, n, elem_size, dst) : UnshuffleGeneric(src, n, elem_size, dst);
   size_t whole = n * elem_size;
   if (whole < in.size()) std::memcpy(dst + whole, src + whole, in.size() - whole);
 }
 
+}  // namespace
+
+void ByteShuffle(std::span<const std::byte> in, size_t elem_size, std::span<std::byte> out) {
+  Permute(in, elem_size, out, /*shuffle=*/true);
+}
+
 void ByteUnshuffle(std::span<const std::byte> in, size_t elem_size, std::span<std::byte> out) {
-  assert(out.size() >= in.size());
-  const auto* src = reinterpret_cast<const uint8_t*>(in.data());
-  auto* dst = reinterpret_cast<uint8_t*>(out.data());
-  size_t n = elem_size ? in.size() / elem_size : 0;
-  if (elem_size <= 1 || n <= 1) {
-    if (!in.empty()) std::memcpy(dst, src, in.size());
-    return;
-  }
-  if (elem_size == 2) Unshuffle2(src, n, dst);
-  else if (elem_size == 4) Unshuffle4(src, n, dst);
-  else UnshuffleGeneric(src, n, elem_size, dst);
-  size_t whole = n * elem_size;
-  if (whole < in.size()) std::memcpy(dst + whole, src + whole, in.size() - whole);
+  Permute(in, elem_size, out, /*shuffle=*/false);
 }
 
 Result<std::vector<std::byte>> EncodeChunk(std::span<const std::byte> raw, size_t elem_size,
