@@ -114,6 +114,10 @@ struct CampaignReport {
   std::vector<VariantStats> variants;
   std::map<std::string, DamageStats> damage;  // by kind
   std::vector<RunRecord> notable;             // violations, then clear errors (capped)
+  // Runs whose faulted job did not end within the limit once and were run
+  // again (the second attempt's outcome is the one counted; a second timeout
+  // is a hang). mpirun 4.1 has been seen to outlive ranks that had all ended.
+  std::vector<std::string> reruns;
   double seconds = 0;
 
   int64_t Count(Outcome o) const;

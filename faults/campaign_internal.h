@@ -42,7 +42,8 @@ class Campaign {
   Status Trace();
 
   Status RunJobs(const VariantDef& d, const std::vector<Boundary>& bs);
-  Status RunOneJob(const VariantDef& d, const Boundary& b, const std::string& dir);
+  // attempt 0 re-runs itself once if the job outlives its limit (see CampaignReport::reruns).
+  Status RunOneJob(const VariantDef& d, const Boundary& b, const std::string& dir, int attempt = 0);
   Status JudgePowerModes(const Boundary& b, const std::string& dir, bool acked, uint64_t seed);
   Status RunBatch(const VariantDef& d, const std::vector<Boundary>& bs);
   Status RunDamage();

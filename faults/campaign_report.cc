@@ -99,6 +99,11 @@ std::string CampaignReport::Table() const {
   }
   s += Fmt("violations (torn + lost + hang + missed + damage failed/torn): %lld; %.1f s\n",
            static_cast<long long>(violations()), seconds);
+  if (!reruns.empty()) {
+    s += Fmt("re-run once after the faulted job outlived its limit (the re-run counted): %zu:", reruns.size());
+    for (const auto& r : reruns) s += " " + r;
+    s += "\n";
+  }
   constexpr size_t kShown = 12;  // the rest is in ToJson()
   for (size_t i = 0; i < notable.size() && i < kShown; ++i) {
     const RunRecord& r = notable[i];
@@ -114,7 +119,7 @@ nlohmann::json CampaignReport::ToJson() const {
   nlohmann::json j = {{"layout", layout}, {"world", world}, {"model", model}, {"recover_layout", recover_layout},
                       {"old_iter", old_iter}, {"new_iter", new_iter}, {"no_fsync", no_fsync}, {"rule", rule},
                       {"traced_ops", traced_ops}, {"boundaries", boundaries}, {"trace_stable", trace_stable},
-                      {"violations", violations()}, {"seconds", seconds}};
+                      {"violations", violations()}, {"seconds", seconds}, {"reruns", reruns}};
   for (const auto& v : variants) {
     nlohmann::json row = {{"variant", v.variant}, {"points", v.points.size()}, {"ranks", RealRanks(v.ranks)},
                           {"runs", v.runs}, {"seconds", v.seconds}};

@@ -64,7 +64,7 @@ Status Campaign::RunJobs(const VariantDef& d, const std::vector<Boundary>& bs) {
   return Status::Ok();
 }
 
-Status Campaign::RunOneJob(const VariantDef& d, const Boundary& b, const std::string& dir) {
+Status Campaign::RunOneJob(const VariantDef& d, const Boundary& b, const std::string& dir, int attempt) {
   const std::string root = JoinPath(dir, "root"), res = JoinPath(dir, "res"), power = JoinPath(dir, "power");
   const bool powercut = d.action == Action::kPowerCut;
   CKPT_RETURN_IF_ERROR(CloneTree(baseline_, root, Linker()));
@@ -91,8 +91,14 @@ Status Campaign::RunOneJob(const VariantDef& d, const Boundary& b, const std::st
   const std::string as_left = powercut ? d.name + "/as-left" : d.name;
   const bool acked = Acked(res);
   RunRecord rec{as_left, b, Outcome::kHang, acked, "", dir};
+  if (pr.timed_out && attempt == 0 && d.action != Action::kHang) {
+    rep_.reruns.push_back(d.name + " @ " + b.Name());
+    CKPT_RETURN_IF_ERROR(RemoveAll(dir));
+    return RunOneJob(d, b, dir, attempt + 1);
+  }
   if (pr.timed_out) {
-    rec.detail = "the faulted job did not end within " + std::to_string(int(JobLimit(1))) + " s";
+    rec.detail = "the faulted job did not end within " + std::to_string(int(JobLimit(1))) + " s" +
+                 (attempt > 0 ? " (twice)" : "");
     Record(rec);
     return Status::Ok();
   }
