@@ -72,7 +72,7 @@ Status CheckChunkLayout(const DatasetRecord& r, const Shape& dims, size_t elem_s
   if (!MulOk(r.chunk_elems, int64_t(elem_size), &raw) || uint64_t(raw) > 0xffffffffull)
     return Status::Corruption(p + ".chunk_elems: " + std::to_string(r.chunk_elems) + " makes chunks over 4 GiB");
   const int64_t c0 = r.chunk_elems / row;
-  const int64_t want = (rows + c0 - 1) / c0;
+  const int64_t want = rows / c0 + (rows % c0 != 0);  // ceil without rows + c0 - 1 (rows may be INT64_MAX)
   if (int64_t(r.chunks.size()) != want)
     return Status::Corruption(p + ".chunks: " + N(r.chunks.size()) + " chunks, the layout (chunk_elems " +
                               std::to_string(r.chunk_elems) + ") has " + std::to_string(want));
