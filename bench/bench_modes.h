@@ -19,4 +19,11 @@ int Sha256Rate(int64_t mib);
 // with ShardFileWriter and `threads` encode workers, fsync included (best of 3).
 int ShardWrite(int64_t mib, int threads, const std::string& compression, const std::string& dir);
 
+// Under mpirun: each rank's GPT state (model spec as `ckpt save --model`,
+// layout) saved `rounds` times with AsyncSaver; steady blocking time vs a
+// contiguous memcpy of the same bytes taken in alternation with the saves,
+// first save vs a first-touch memcpy, a Reserve'd first save (async_bench.cc).
+// Rank 0 prints the worst rank's JSON line.
+int AsyncBlocking(const std::string& model, const std::string& layout, const std::string& root, int rounds);
+
 }  // namespace ckpt::bench

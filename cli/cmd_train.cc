@@ -97,7 +97,7 @@ Result<Job> StartJob(TrainFlags& f) {
   CKPT_ASSIGN_OR_RETURN(j.coll, workload::MpiCollectives::Create(*j.comm, j.layout));
   CKPT_ASSIGN_OR_RETURN(j.saver, TrainSaver::Create(f.save, *j.session, *j.comm, f.root));
   CKPT_ASSIGN_OR_RETURN(SaveOptions base, SaveTemplate(j, f));
-  j.saver->SetSaveTemplate(std::move(base), {!f.no_rng, !f.no_iterator});
+  CKPT_RETURN_IF_ERROR(j.saver->Prepare(std::move(base), {!f.no_rng, !f.no_iterator}, *j.work));
   return j;
 }
 

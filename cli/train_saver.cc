@@ -147,6 +147,16 @@ std::string TrainSaver::Retain(const SaveStats& st) {
   return line + "]\n";
 }
 
+Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, workload::TrainWorkload& w) {
+  base_ = std::move(base);
+  parts_ = parts;
+  if (!saver_) return Status::Ok();
+  const auto t0 = Clock::now();
+  CKPT_RETURN_IF_ERROR(saver_->Reserve(AsyncSaver::ArenaBytes(w.SaveDict(parts_))).WithContext("async save arena"));
+  reserve_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  return Status::Ok();
+}
+
 Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
   SaveOptions o = base_;
   o.iteration = w.iteration();
@@ -179,6 +189,7 @@ Result<json> TrainSaver::Report(const ShardedStateDict& sd, Millis timeout) {
   out["memcpy_baseline"] = {{"bytes", b.bytes}, {"cold_seconds", b.cold}, {"warm_seconds", b.warm}};
   out["async"] = {{"snapshot", !flags_.no_snapshot}, {"delay_ms", flags_.delay_ms},
                   {"snapshot_memory", flags_.snapshot_memory},
+                  {"arena_bytes", saver_->arena_capacity()}, {"reserve_seconds", reserve_seconds_},
                   {"dedicated_comm", true}, {"mpi_thread_multiple", true}};
   return out;
 }

@@ -76,11 +76,11 @@ class TrainSaver final : public workload::TrainCheckpointer {
   Result<std::string> Save(const ShardedStateDict& sd, SaveOptions o, int64_t iteration_now);
   // The training loop's checkpointer (workload::TrainCheckpointer): saves the
   // workload's SaveDict(parts) with `base` (root, policy, compression,
-  // metadata) at its current iteration.
-  void SetSaveTemplate(SaveOptions base, workload::ResumeParts parts) {
-    base_ = std::move(base);
-    parts_ = parts;
-  }
+  // metadata) at its current iteration. An async saver allocates its snapshot
+  // arena for that state here (AsyncSaver::Reserve, at job start), so that the
+  // first save blocks for the copy only, not for mapping and faulting in
+  // fresh memory (on the bench VM 30x the copy). Errors: the allocation's.
+  Status Prepare(SaveOptions base, workload::ResumeParts parts, workload::TrainWorkload& w);
   Result<std::string> Save(workload::TrainWorkload& w) override;
   // Joins the async save in flight (no-op otherwise). Returns a log line ("" if nothing joined).
   Result<std::string> Finish(int64_t iteration_now) override;
@@ -111,6 +111,7 @@ class TrainSaver final : public workload::TrainCheckpointer {
   nlohmann::json rows_ = nlohmann::json::array();
   int64_t pending_row_ = -1;  // async: row of the save in flight
   int64_t started_at_ = 0;    // iteration when it started
+  double reserve_seconds_ = 0;  // async: Prepare's arena allocation
   std::vector<std::chrono::steady_clock::time_point> steps_;  // step ends since it started
 };
 

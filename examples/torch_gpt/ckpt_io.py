@@ -142,6 +142,16 @@ class Checkpointer:
         self._log(rec)
         return rec
 
+    def reserve(self, job) -> int:
+        """With async saves: allocates the snapshot arena for the job's state now
+        (ckpt.reserve_async_save; at job start, not collective), so the first
+        async save blocks for the copy only, not for mapping fresh memory.
+        Returns the arena bytes (0 without async saves)."""
+        if not self.async_save:
+            return 0
+        entries = ckpt_adapter.state_dict_entries(job)
+        return self.ckpt.reserve_async_save(ckpt_adapter.to_ckpt(entries, self.ckpt), comm=self.comm)
+
     def maybe_save(self, job) -> None:
         if self.save_dir and self.interval > 0 and job.iteration % self.interval == 0:
             self.save(job)

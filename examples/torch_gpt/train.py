@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"): {rec['bytes'] / 1e6:.1f} MB in {rec['seconds']:.3f} s", flush=True)
         if a.save_after_load:
             ck.save(job, a.save_after_load, sync=True)
+    if ck and a.save:
+        ck.reserve(job)  # async saves: the arena now, so the first save does not stall
     log = open(a.log, "a") if a.log and rank == 0 else None
     t0, start_iter = time.monotonic(), job.iteration
     while job.iteration < train_cfg.steps:

@@ -117,6 +117,18 @@ TEST(CliTest, DeveloperSwitchesAreHiddenFromHelp) {
   }
 }
 
+// `ckpt train --async-save` allocates the snapshot arena at job start, so no
+// save (the first included) maps memory while the training loop waits.
+TEST(CliTest, AsyncTrainReservesTheArenaBeforeTheFirstSave) {
+  const std::string root = testing::ScratchDir("cli_async_train");
+  CmdResult r = Ckpt("train --layout tp=1 --root " + root + " --model tiny --steps 2 --save-every 1 --async-save --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.rfind("\n{") + 1));
+  ASSERT_EQ(j["saves"].size(), 2u) << r.out;
+  EXPECT_GT(j["async"]["arena_bytes"].get<int64_t>(), 0) << r.out;
+  for (const auto& save : j["saves"]) EXPECT_EQ(save["allocate_seconds"].get<double>(), 0.0) << save.dump();
+}
+
 // Bad input exits 2 in every command, and the message names the command.
 TEST(CliTest, BadInputExitsTwoNamingTheCommand) {
   for (const std::string args : {"verify /nonexistent/ckpt", "inspect /nonexistent/ckpt", "fingerprint /nonexistent/ckpt",

@@ -1,0 +1,218 @@
+// ckpt_bench async: AsyncSaver's blocking time against copies of the same
+// bytes made under the same conditions (bench/run.py's "async save" rows).
+//
+// Why the baselines are taken in alternation with the saves: on the bench VM
+// a copy into memory that was last written a second ago runs 3-30x slower
+// than the same copy repeated back to back (measured 2026-12-04: 178 MB,
+// 10 ms back to back, 160-540 ms with 0.6 s gaps, huge or 4 KiB pages,
+// memcpy or streaming stores alike; reads are not affected the same way). A
+// snapshot always writes into an arena idle since the previous save, so a
+// back-to-back memcpy is not the same work. Each round therefore copies the
+// rank's state bytes contiguously into a baseline buffer of the same kind of
+// memory (SnapshotMemory, idle since the previous round like the arena) right
+// before or after the save (the order alternates), every rank at once after
+// a barrier. The back-to-back figures stay in the output as *_hot.
+//
+// The first save allocates the arena; its comparator is a memcpy into freshly
+// mapped memory of the same byte count (first touch). A second saver that
+// calls Reserve at set-up shows what the first save costs when the arena is
+// allocated ahead (the wait between Reserve and its first save = one round).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_modes.h"
+#include "ckpt/mpi/comm_mpi.h"
+#include "ckpt/protocol/async_save.h"
+#include "ckpt/workload/gpt_local_state.h"
+#include "ckpt/workload/job_setup.h"
+#include "ckpt/workload/rank_report.h"
+#include "reshard/gpt_config_json.h"
+#include "reshard/megatron_gpt.h"
+
+namespace ckpt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+constexpr Millis kTimeout(120000);
+
+// One buffer from a SnapshotMemory, released on scope exit.
+struct Buf {
+  SnapshotMemory* mem;
+  std::byte* p = nullptr;
+  size_t n = 0;
+  ~Buf() {
+    if (p) mem->Free(p, n);
+  }
+};
+
+// Seconds of one memcpy of `n` bytes into memory mapped just now (first touch).
+double FirstTouchMemcpy(const std::byte* src, size_t n) {
+  const auto t0 = Clock::now();
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return -1;
+  std::memcpy(p, src, n);
+  const double s = Since(t0);
+  munmap(p, n);
+  return s;
+}
+
+struct Ctx {
+  Comm& comm;
+  const ShardedStateDict& sd;
+  SaveOptions opts;
+};
+
+// Barrier, then the timed save (Start; Wait outside the timing).
+Result<double> TimedSave(Ctx& c, AsyncSaver& saver, int iteration) {
+  CKPT_RETURN_IF_ERROR(c.comm.Barrier(kTimeout, "async bench save"));
+  SaveOptions o = c.opts;
+  o.iteration = iteration;
+  const auto t0 = Clock::now();
+  CKPT_ASSIGN_OR_RETURN(AsyncStartStats st, saver.Start(c.sd, o));
+  const double blocking = Since(t0);
+  CKPT_RETURN_IF_ERROR(saver.Wait().status());
+  return blocking;
+}
+
+Result<double> TimedCopy(Comm& comm, std::byte* dst, const std::byte* src, size_t n) {
+  CKPT_RETURN_IF_ERROR(comm.Barrier(kTimeout, "async bench memcpy"));
+  const auto t0 = Clock::now();
+  std::memcpy(dst, src, n);
+  return Since(t0);
+}
+
+// This rank's figures: rounds of (save, same-moment memcpy), first save vs
+// first-touch memcpy, reserved first save, back-to-back (hot) memcpys.
+Result<json> MeasureRank(Ctx& c, Comm& saver_comm, int rounds) {
+  const size_t n = size_t(c.sd.TotalBytes());
+  std::vector<std::byte> src(n);  // the state's bytes, contiguous
+  size_t off = 0;
+  for (const TensorEntry& t : c.sd.tensors()) {
+    std::memcpy(src.data() + off, t.data.data(), t.data.size());
+    off += t.data.size();
+  }
+  json r = {{"bytes", n}};
+  CKPT_RETURN_IF_ERROR(c.comm.Barrier(kTimeout, "first touch"));
+  r["first_touch_memcpy_s"] = FirstTouchMemcpy(src.data(), n);
+  Buf base{HostSnapshotMemory()};
+  CKPT_ASSIGN_OR_RETURN(base.p, base.mem->Allocate(n));
+  base.n = n;
+  AsyncSaver saver(&saver_comm);
+  std::vector<double> block, copy;
+  const auto loop0 = Clock::now();
+  for (int it = 1; it <= rounds; ++it) {
+    const bool copy_first = it % 2 == 0;
+    double b = 0, m = 0;
+    if (copy_first) {
+      CKPT_ASSIGN_OR_RETURN(m, TimedCopy(c.comm, base.p, src.data(), n));
+    }
+    CKPT_ASSIGN_OR_RETURN(b, TimedSave(c, saver, it));
+    if (!copy_first) {
+      CKPT_ASSIGN_OR_RETURN(m, TimedCopy(c.comm, base.p, src.data(), n));
+    }
+    if (it == 1) {
+      r["first_blocking_s"] = b;
+      continue;  // the first round's memcpy went into a buffer populated just before
+    }
+    block.push_back(b);
+    copy.push_back(m);
+  }
+  r["round_s"] = Since(loop0) / rounds;
+  r["blocking_s"] = Median(block);
+  r["memcpy_same_moment_s"] = Median(copy);
+  r["rounds"] = {{"blocking_s", block}, {"memcpy_s", copy}};
+  // Hot: back to back, as the earlier baselines were taken.
+  std::vector<double> hot;
+  for (int i = 0; i < 5; ++i) {
+    CKPT_ASSIGN_OR_RETURN(double m, TimedCopy(c.comm, base.p, src.data(), n));
+    hot.push_back(m);
+  }
+  r["memcpy_hot_s"] = Median(hot);
+  return r;
+}
+
+// A saver that reserves its arena at set-up; its first save one round later.
+Result<double> ReservedFirstSave(Ctx& c, Comm& saver_comm, double round_gap_s) {
+  AsyncSaver saver(&saver_comm);
+  CKPT_RETURN_IF_ERROR(saver.Reserve(AsyncSaver::ArenaBytes(c.sd)));
+  std::this_thread::sleep_for(std::chrono::duration<double>(round_gap_s));
+  return TimedSave(c, saver, 100);
+}
+
+
+// Rank 0 prints the worst rank (highest steady blocking / same-moment memcpy).
+void PrintWorst(const std::vector<json>& all, const std::string& layout) {
+  size_t w = 0;
+  auto ratio = [](const json& j) { return j["blocking_s"].get<double>() / j["memcpy_same_moment_s"].get<double>(); };
+  for (size_t i = 1; i < all.size(); ++i)
+    if (ratio(all[i]) > ratio(all[w])) w = i;
+  const json& j = all[w];
+  const double steady = j["blocking_s"];
+  std::printf("%s\n", json{{"op", "async"}, {"layout", layout}, {"rank", w}, {"rank_bytes", j["bytes"]},
+                            {"blocking_s", steady}, {"memcpy_contig_s", j["memcpy_same_moment_s"]},
+                            {"blocking_over_contig", ratio(j)}, {"memcpy_hot_s", j["memcpy_hot_s"]},
+                            {"first_blocking_s", j["first_blocking_s"]},
+                            {"first_touch_memcpy_s", j["first_touch_memcpy_s"]},
+                            {"first_over_steady", j["first_blocking_s"].get<double>() / steady},
+                            {"reserved_first_blocking_s", j["reserved_first_s"]},
+                            {"reserved_first_over_steady", j["reserved_first_s"].get<double>() / steady},
+                            {"round_s", j["round_s"]}, {"rounds", j["rounds"]}}
+                          .dump()
+                          .c_str());
+}
+
+Result<ShardedStateDict> RankState(const std::string& model_name, const ParallelConfig& pc, int rank, const std::string& root,
+                                   std::unique_ptr<workload::GptLocalState>* keep, SaveOptions* opts) {
+  std::string preset;
+  CKPT_ASSIGN_OR_RETURN(reshard::GptConfig model, workload::ResolveModel(model_name, root, -1, &preset));
+  CKPT_ASSIGN_OR_RETURN(auto coords, CoordsOf(pc, rank));
+  CKPT_ASSIGN_OR_RETURN(auto shards, reshard::GptShards(model, pc, coords));
+  CKPT_ASSIGN_OR_RETURN(workload::GptLocalState state, workload::GptLocalState::Create(std::move(shards)));
+  CKPT_RETURN_IF_ERROR(state.FillExpected(model.vocab_size));
+  *keep = std::make_unique<workload::GptLocalState>(std::move(state));
+  opts->root = root;
+  opts->layout = reshard::LayoutToJson(pc);
+  opts->metadata = {{"model", model_name}, {"gpt", reshard::GptConfigToJson(model)}};
+  return (*keep)->StateDict();
+}
+
+Status RunAsync(const std::string& model_name, const std::string& layout, const std::string& root, int rounds) {
+  CKPT_ASSIGN_OR_RETURN(auto session, MpiSession::Init(nullptr, nullptr));
+  CKPT_ASSIGN_OR_RETURN(auto comm, MpiComm::Create());
+  CKPT_ASSIGN_OR_RETURN(auto saver_comm, MpiComm::Create());  // the background thread's own communicator
+  CKPT_ASSIGN_OR_RETURN(ParallelConfig pc, ParallelConfig::Parse(layout));
+  std::unique_ptr<workload::GptLocalState> state;
+  SaveOptions opts;
+  CKPT_ASSIGN_OR_RETURN(ShardedStateDict sd, RankState(model_name, pc, comm->rank(), root, &state, &opts));
+  Ctx c{*comm, sd, opts};
+  CKPT_ASSIGN_OR_RETURN(json mine, MeasureRank(c, *saver_comm, rounds));
+  CKPT_ASSIGN_OR_RETURN(mine["reserved_first_s"], ReservedFirstSave(c, *saver_comm, mine["round_s"].get<double>()));
+  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*comm, mine, kTimeout, "report"));
+  if (comm->rank() == 0) PrintWorst(all, pc.ToString());
+  return Status::Ok();
+}
+
+}  // namespace
+
+int AsyncBlocking(const std::string& model, const std::string& layout, const std::string& root, int rounds) {
+  Status st = RunAsync(model, layout, root, rounds);
+  if (st.ok()) return 0;
+  std::fprintf(stderr, "ckpt_bench async: %s\n", st.ToString().c_str());
+  return 2;
+}
+
+}  // namespace ckpt::bench
