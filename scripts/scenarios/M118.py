@@ -26,16 +26,19 @@ Budget (60 s on a busy 2-core machine): the synchronous reference save at K is
 taken by the straight run (--save-at K; saving does not change training, which
 the final-state comparison checks), not by a job of its own; the timing job
 times 3 saves (the first plus 2 steady ones; a step of its 200 MB model takes
-seconds on 2 cores)."""
+seconds on 2 cores); 20 iterations with the save at 10 and a 1.5 s hold (was 40,
+20, 3 s): training still overwrites the buffers for several steps (the ten
+steps left take ~1.5 s on a busy machine) before the held save reads them, and
+steps_before_read >= 1 is checked."""
 import shutil
 
 from scenlib import *  # noqa: F403
 
-N, L, D = 40, "tp=2,dp=2", 3000
+N, L, D = 20, "tp=2,dp=2", 1500
 # Blocking time needs a state larger than the caches (a ~200 MB/rank model at full size).
 TM, TN, E = "demo:num_layers=2,hidden=512,ffn_hidden=1408,num_heads=8,num_query_groups=4,vocab_size=8000", 3, 1
 if REDUCED:
-    N, L, D, TM, TN, E = 20, "tp=1,dp=2", 1500, "tiny", 20, 5
+    L, TM, TN, E = "tp=1,dp=2", "tiny", 20, 5
 K, K1 = N // 2, N // 4
 T = ["--model", "tiny", "--seed", 11]
 A = ["--async-save", "--async-delay-ms", D]
