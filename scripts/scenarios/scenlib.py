@@ -35,6 +35,10 @@ except KeyError as e:  # pragma: no cover - run by hand
 REDUCED = os.environ.get("REDUCED", "0") == "1"
 PY = sys.executable or "/usr/bin/python3"
 STEP_DEADLINE_S = 300.0  # per job; the runner's --timeout-s bounds the whole scenario
+T0 = time.monotonic()
+# Wall seconds of every step (run_to) in order; emit() records them as "step_seconds" (the runner ignores
+# that key) with "python_s", the rest of the scenario's time (its own checks), so a slow scenario shows where.
+STEP_S: dict = {}
 
 # The GPT model of a scenario: a ~160 MB bf16 GQA/SwiGLU model at full size
 # (16000-token vocab, 4 layers, hidden 1024), the 0.9 MB "tiny" preset under REDUCED.
@@ -83,6 +87,8 @@ def run_to(name: str, argv, deadline_s: float = STEP_DEADLINE_S, env=None) -> la
     log("+ " + " ".join(shlex.quote(a) for a in argv))
     r = launcher.run_job(argv, deadline_s, stdout=path(name + ".out"), stderr=path(name + ".err"), env=env)
     sys.stderr.write(_read(path(name + ".err")))
+    STEP_S[name] = round(STEP_S.get(name, 0.0) + r.seconds, 2)
+    log(f"step {name}: {r.seconds:.2f} s")
     if r.timed_out:
         log(f"{name}: deadline {deadline_s} s expired, killed {r.killed} processes")
     with open(path(name + ".rc"), "w") as f:
@@ -159,6 +165,7 @@ def emit(title, setup, numbers, checks, claim, nc_what, nc_numbers, nc_shows_fai
     gaps = [g for g in gaps if g]
     if gaps:
         ev["gaps"] = gaps
+    ev["step_seconds"] = dict(STEP_S, python_s=round(time.monotonic() - T0 - sum(STEP_S.values()), 2))
     for c in checks:
         if not c["ok"]:
             print(f"[{ID}] check failed: {c['name']}", file=sys.stderr)
