@@ -16,7 +16,9 @@
 // ChunkRecord::file_offset is an absolute byte offset in the file (no user
 // block), so a chunk can be read back with a plain File::PRead of
 // stored_size bytes. Chunks of raw (uncompressed) datasets are allocated
-// together and lie back to back in chunk order.
+// together and lie back to back in chunk order (direct IO: each chunk of
+// >= kAlignThreshold bytes starts on a kDirectIoAlign boundary, so there are
+// gaps of < 4 KiB between them).
 //
 // Failure: any Env error inside HDF5 is captured and returned as that Status
 // (not a generic HDF5 error), with the file and dataset as context. After an
@@ -39,7 +41,8 @@
 // compression overlap IO. At most 2 * encode_threads chunks are prepared and
 // not yet stored (stored bytes of each: <= chunk_bytes raw, <=
 // ZSTD_compressBound(chunk_bytes) zstd; raw chunks other than the padded edge
-// chunk are views of the caller's buffer and cost nothing). Files are identical
+// chunk are views of the caller's buffer and cost nothing, except with direct
+// IO: aligned copies from a pool that keeps <= 4 idle). Files are identical
 // byte for byte for every encode_threads, 0 (serial) included. The File is
 // used from the calling thread only; the workers live as long as the writer
 // (Finish or destruction joins them). Implementation: shard_writer.cc,
