@@ -89,6 +89,7 @@ class PosixFile final : public File {
     dfd_ = dfd;
     direct_.active = true;
   }
+
   Status Truncate(uint64_t size) override {
     if (::ftruncate(fd_, off_t(size)) != 0) return ErrnoStatus("ftruncate", path_, errno);
     return Status::Ok();
