@@ -10,6 +10,7 @@ def save_rows(n: int) -> dict:
         "dd_direct": f"dd write O_DIRECT+fsync, {n} {w}",
         "ckpt_raw": f"ckpt save raw, {n} {r}",
         "ckpt_raw_wb": f"ckpt save raw, {n} {r}, early writeback 64 MiB",
+        "ckpt_raw_direct": f"ckpt save raw O_DIRECT, {n} {r}",
         "ckpt_zstd": f"ckpt save zstd, {n} {r}",
         "torch_save": f"torch.save+fsync, {n} {r}",
         "h5py_save": f"h5py+fsync, {n} {r}",

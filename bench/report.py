@@ -96,7 +96,7 @@ def save_table(by, n):
         s = names.save_rows(k)
         pairs = [(s["dd_direct"], 0.9, True), (s["dd_buf"], None, True), (s["torch_save"], 1.2, True),
                  (s["h5py_save"], None, True)]
-        for key in ("ckpt_raw", "ckpt_raw_wb", "ckpt_zstd", "torch_save", "h5py_save"):
+        for key in ("ckpt_raw", "ckpt_raw_wb", "ckpt_raw_direct", "ckpt_zstd", "torch_save", "h5py_save"):
             op = s[key]
             if op not in by:
                 continue
@@ -107,6 +107,9 @@ def save_table(by, n):
         wb = ratios(by, s["ckpt_raw_wb"], s["ckpt_raw"])
         if wb:
             print(f"| early writeback 64 MiB on / off (default), {k} rank(s) | | | {spread(wb, '{:.2f}')}x | | | |")
+        di = ratios(by, s["ckpt_raw_direct"], s["ckpt_raw"])
+        if di:
+            print(f"| O_DIRECT (CKPT_DIRECT_IO=1) on / off (default), {k} rank(s) | | | {spread(di, '{:.2f}')}x | | | |")
 
 
 def load_table(by, n):

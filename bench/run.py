@@ -99,7 +99,9 @@ def write_ops(refs: dict) -> list:
                 (s["dd_direct"], lambda src=src: ops.dd_write(src, d("w", "dd"), True)),
                 (s["ckpt_raw"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS))),
                 (s["ckpt_raw_wb"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS),
-                                                              env={"CKPT_WRITEBACK_MIB": "64"}))]
+                                                              env={"CKPT_WRITEBACK_MIB": "64"})),
+                (s["ckpt_raw_direct"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS),
+                                                                  env={"CKPT_DIRECT_IO": "1"}))]
         if n == N or FULL:
             out += [(s["torch_save"], lambda n=n, ref=ref: ops.peer(P, "torch.save", it(ref), d("w", f"torch{n}"))),
                     (s["h5py_save"], lambda n=n, ref=ref: ops.peer(P, "h5py.save", it(ref), d("w", f"h5py{n}")))]

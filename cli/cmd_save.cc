@@ -29,6 +29,7 @@ SaveOptions Options(const JobFlags& f, const GptJob& j, Compression comp, ChunkH
   o.write.hash = hash;
   o.write.chunk_bytes = f.chunk_kb * 1024;
   if (f.encode_threads >= 0) o.write.encode_threads = f.encode_threads;
+  if (f.direct_io) o.write.direct_io = true;  // else CKPT_DIRECT_IO decides
   o.balance_replicas = !f.no_balance;
   o.allow_older = f.allow_older;
   o.layout = reshard::LayoutToJson(j.layout);
@@ -39,7 +40,10 @@ SaveOptions Options(const JobFlags& f, const GptJob& j, Compression comp, ChunkH
 
 // The job-wide figures (collective) as JSON, and the text line.
 int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& r, double secs) {
-  auto all = j.AllGatherJson({{"bytes", r.bytes_written}, {"file", r.file_bytes}, {"phases", r.phase_seconds}});
+  const DirectIoStats& d = r.direct_io;
+  auto all = j.AllGatherJson({{"bytes", r.bytes_written}, {"file", r.file_bytes}, {"phases", r.phase_seconds},
+                              {"direct", int64_t(d.active)}, {"direct_bytes", int64_t(d.direct_bytes)},
+                              {"buffered_bytes", int64_t(d.buffered_bytes)}, {"fallback", d.fallback}});
   if (!all.ok()) {  // committed all the same: a missing report is a warning, never a failed save
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but the report gather failed: %s\n",
                  j.rank(), static_cast<long long>(o.iteration), all.status().ToString().c_str());
@@ -55,6 +59,11 @@ int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& 
               {"max_rank_bytes", *mx}, {"min_rank_bytes", *mn}, {"phase_seconds", r.phase_seconds},
               {"optimizer", f.optimizer}, {"per_rank", (*ranks)["per_rank"]}, {"straggler", (*ranks)["straggler"]}};
   if (!r.warning.ok()) out["warning"] = r.warning.ToString();
+  if (o.write.direct_io)  // every rank's file: which went direct, and how many bytes each way
+    out["direct_io"] = {{"ranks_direct", *workload::SumOf(*all, "direct")},
+                        {"direct_bytes", *workload::SumOf(*all, "direct_bytes")},
+                        {"buffered_bytes", *workload::SumOf(*all, "buffered_bytes")},
+                        {"fallback", (*all)[0].value("fallback", "")}};
   if (f.json)
     Print0(j, "%s\n", out.dump().c_str());
   else
@@ -143,6 +152,8 @@ void RegisterSave(CLI::App& app, int* exit_code) {
   cmd->add_option("--encode-threads", f->encode_threads,
                   "pad/compress/hash workers per rank (0: serial; default: cores per local rank)");
   cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
+  cmd->add_flag("--direct-io", f->direct_io, "write shard files with O_DIRECT, chunks aligned to 4 KiB (default: "
+                                             "CKPT_DIRECT_IO=1; falls back to buffered where the filesystem refuses)");
   cmd->add_option("--faults", f->faults, "fault plan for this save (faults/fault_spec.h), e.g. "
                   "'point=env.pwrite rank=2 action=delay ms=50' for a slow writer");
   cmd->add_flag("--allow-older", f->allow_older,

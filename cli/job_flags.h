@@ -21,7 +21,8 @@ struct JobFlags {
   int64_t chunk_kb = 4096;
   int encode_threads = kAutoThreads;  // DefaultWorkerThreads(job comm)
   int64_t timeout_ms = 60000;
-  bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false, allow_older = false;
+  bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false, allow_older = false,
+       direct_io = false;
 };
 
 // --root, --layout, --timeout-ms, --json, --bucket-elems, and the hidden

@@ -59,6 +59,7 @@ class FaultFile final : public File {
     CKPT_RETURN_IF_ERROR(env_->Intercept("env.close", path(), 0, 0));
     return f_->Close();
   }
+  DirectIoStats direct_io() const override { return f_->direct_io(); }
 
  private:
   FaultEnv* env_;
@@ -197,9 +198,9 @@ int64_t FaultEnv::fired() const {
   return fired_;
 }
 
-Result<std::unique_ptr<File>> FaultEnv::OpenFile(const std::string& path, OpenMode mode) {
+Result<std::unique_ptr<File>> FaultEnv::OpenFile(const std::string& path, OpenMode mode, const OpenOptions& o) {
   CKPT_RETURN_IF_ERROR(Intercept("env.open", path, uint64_t(mode), 0));
-  CKPT_ASSIGN_OR_RETURN(auto f, target()->OpenFile(path, mode));
+  CKPT_ASSIGN_OR_RETURN(auto f, target()->OpenFile(path, mode, o));
   return std::unique_ptr<File>(new FaultFile(this, std::move(f)));
 }
 

@@ -62,7 +62,8 @@ class FaultEnv : public EnvWrapper {
 
   FaultEnv(Env* target, Options opts);
 
-  Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) override;
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode,
+                                         const OpenOptions& o = {}) override;
   Status CreateDir(const std::string& path) override;
   Status RemoveFile(const std::string& path) override;
   Status RemoveDir(const std::string& path) override;

@@ -108,6 +108,7 @@ class PowerLossFile final : public File {
     env_->CheckPower();
     return f_->Close();
   }
+  DirectIoStats direct_io() const override { return f_->direct_io(); }
 
  private:
   PowerLossEnv* env_;
@@ -197,7 +198,7 @@ void PowerLossEnv::CheckPower() {
   if (::access(opts_.cut_marker.c_str(), F_OK) == 0) _exit(kPowerCutExitCode);
 }
 
-Result<std::unique_ptr<File>> PowerLossEnv::OpenFile(const std::string& path, OpenMode mode) {
+Result<std::unique_ptr<File>> PowerLossEnv::OpenFile(const std::string& path, OpenMode mode, const OpenOptions& o) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckPower();
   if (mode == OpenMode::kCreate) {
@@ -205,7 +206,7 @@ Result<std::unique_ptr<File>> PowerLossEnv::OpenFile(const std::string& path, Op
     std::string old = ContentIfFile(target(), path, &existed);
     Journal({JournalOp::kCreate, 0, 0, 0, path, "", existed ? 1u : 0u, 0, "", std::move(old)});
   }
-  CKPT_ASSIGN_OR_RETURN(auto f, target()->OpenFile(path, mode));
+  CKPT_ASSIGN_OR_RETURN(auto f, target()->OpenFile(path, mode, o));
   return std::unique_ptr<File>(new PowerLossFile(this, std::move(f)));
 }
 

@@ -78,7 +78,8 @@ class PowerLossEnv : public EnvWrapper {
   // Ends the process if the power is off (called before every operation).
   void CheckPower();
 
-  Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) override;
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode,
+                                         const OpenOptions& o = {}) override;
   Status CreateDir(const std::string& path) override;
   Status RemoveFile(const std::string& path) override;
   Status RemoveDir(const std::string& path) override;

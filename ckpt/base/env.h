@@ -12,6 +12,9 @@
 //    directory) succeed. A failed Sync is final: callers must not retry it.
 //  - RenameNoReplace never replaces an existing target (kAlreadyExists).
 //  - Env implementations are thread-safe; a File is used by one thread at a time.
+//  - Decorators (EnvWrapper subclasses, File wrappers) forward OpenOptions and
+//    File::direct_io() unchanged, so a direct file still passes every write
+//    through them.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,37 @@ enum class OpenMode {
   kRead,       // existing file, read-only
   kCreate,     // create or truncate, read-write
   kReadWrite,  // existing file, read-write
+};
+
+// Per-open options (OpenFile's third argument).
+//  direct: a write-mostly data file whose aligned bytes should bypass the page
+//    cache (POSIX: a second descriptor with O_DIRECT). Ignored for kRead. Any
+//    PWrite stays valid: the part of a write that starts and ends on
+//    kDirectIoAlign boundaries and whose buffer is kDirectIoAlign-aligned at
+//    that part's start goes direct; the unaligned head/tail and whole writes
+//    with a misaligned buffer go through the page cache (both paths stay
+//    coherent: the kernel flushes/invalidates cached pages a direct write
+//    covers). Reads always go through the page cache. Durability is
+//    unchanged: nothing is durable before Sync (fdatasync covers both paths).
+//    Where the filesystem refuses O_DIRECT (EINVAL at open or at the first
+//    direct write) the file falls back to buffered IO and records why
+//    (File::direct_io()); that is not an error.
+struct OpenOptions {
+  bool direct = false;
+};
+
+// The offset/length/buffer alignment at which a direct file writes without
+// the page cache (a page; also the HDF5 chunk alignment, shard_file.h).
+inline constexpr uint64_t kDirectIoAlign = 4096;
+
+// What a file opened with OpenOptions::direct did (all zero otherwise).
+struct DirectIoStats {
+  bool requested = false;       // opened with OpenOptions::direct
+  bool active = false;          // O_DIRECT in effect now
+  std::string fallback;         // why not, when requested and inactive
+  uint64_t direct_bytes = 0;    // written with O_DIRECT
+  uint64_t buffered_bytes = 0;  // written through the page cache (unaligned parts)
+  uint64_t direct_writes = 0;   // pwrite calls on the O_DIRECT descriptor
 };
 
 class File {
@@ -50,6 +84,8 @@ class File {
     (void)offset;
     (void)bytes;
   }
+  // OpenOptions::direct bookkeeping (tests, benchmarks, save reports).
+  virtual DirectIoStats direct_io() const { return {}; }
 };
 
 struct FileInfo {
@@ -61,7 +97,8 @@ struct FileInfo {
 class Env {
  public:
   virtual ~Env() = default;
-  virtual Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) = 0;
+  virtual Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode,
+                                                 const OpenOptions& opts = {}) = 0;
   virtual Status CreateDir(const std::string& path) = 0;  // kAlreadyExists if present
   virtual Status RemoveFile(const std::string& path) = 0;
   virtual Status RemoveDir(const std::string& path) = 0;  // must be empty
@@ -87,18 +124,24 @@ struct PosixWriteback {
 // clear win measured, DESIGN "Early writeback"), CKPT_WRITEBACK_BOUND=0; read once.
 PosixWriteback PosixWritebackFromEnvironment();
 
+// CKPT_DIRECT_IO=1: the default of ShardWriteOptions::direct_io (shard files
+// opened with OpenOptions::direct; off by default: DESIGN "Direct IO"). Read once.
+bool DirectIoFromEnvironment();
+
 // The process-wide POSIX Env, PosixWritebackFromEnvironment(). Never deleted.
 Env* DefaultEnv();
-// A POSIX Env with the given writeback (tests, benchmarks).
-std::unique_ptr<Env> NewPosixEnv(PosixWriteback wb);
+// A POSIX Env with the given writeback (tests, benchmarks). refuse_direct:
+// OpenOptions::direct behaves as on a filesystem without O_DIRECT (tests of
+// the fallback: tmpfs has O_DIRECT since Linux 6.6).
+std::unique_ptr<Env> NewPosixEnv(PosixWriteback wb, bool refuse_direct = false);
 
 // Forwards every call to a target Env; decorators override what they change.
 class EnvWrapper : public Env {
  public:
   explicit EnvWrapper(Env* target) : target_(target) {}
   Env* target() const { return target_; }
-  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m) override {
-    return target_->OpenFile(p, m);
+  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m, const OpenOptions& o = {}) override {
+    return target_->OpenFile(p, m, o);
   }
   Status CreateDir(const std::string& p) override { return target_->CreateDir(p); }
   Status RemoveFile(const std::string& p) override { return target_->RemoveFile(p); }

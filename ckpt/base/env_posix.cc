@@ -61,16 +61,33 @@ class PosixFile final : public File {
   }
 
   Status PWrite(uint64_t offset, std::span<const std::byte> src) override {
-    size_t done = 0;
-    while (done < src.size()) {
-      ssize_t n = ::pwrite(fd_, src.data() + done, src.size() - done, off_t(offset + done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoStatus("pwrite", path_, errno);
-      }
-      done += size_t(n);
-    }
+    if (dfd_ >= 0) return PWriteDirect(offset, src);
+    CKPT_RETURN_IF_ERROR(WriteAll(fd_, offset, src, "pwrite"));
+    if (direct_.requested) direct_.buffered_bytes += src.size();
     return EarlyWriteback(offset, src.size());
+  }
+
+  DirectIoStats direct_io() const override { return direct_; }
+
+  // OpenOptions::direct: a second, O_DIRECT descriptor of the same inode. Any
+  // failure (EINVAL: the filesystem has no O_DIRECT) leaves the file buffered
+  // and records why; `refuse` simulates that (tests).
+  void OpenDirect(bool refuse) {
+    direct_.requested = true;
+    const int dfd = refuse ? -1 : ::open(path_.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+    const int err = refuse ? EINVAL : errno;
+    if (dfd < 0) {
+      direct_.fallback = std::string("open(O_DIRECT): ") + strerror(err) + "; writing through the page cache";
+      return;
+    }
+    struct stat a, b;
+    if (::fstat(fd_, &a) != 0 || ::fstat(dfd, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+      ::close(dfd);
+      direct_.fallback = "open(O_DIRECT): the path names another file now; writing through the page cache";
+      return;
+    }
+    dfd_ = dfd;
+    direct_.active = true;
   }
 
   Status Truncate(uint64_t size) override {
@@ -91,6 +108,15 @@ class PosixFile final : public File {
   }
 
   Status Close() override {
+    if (dfd_ >= 0) {
+      const int dfd = dfd_;
+      dfd_ = -1;
+      if (::close(dfd) != 0) {
+        const int err = errno;
+        Close().IgnoreError();
+        return ErrnoStatus("close", path_, err);
+      }
+    }
     if (fd_ < 0) return Status::Ok();
     int fd = fd_;
     fd_ = -1;
@@ -99,6 +125,62 @@ class PosixFile final : public File {
   }
 
  private:
+  Status WriteAll(int fd, uint64_t offset, std::span<const std::byte> src, const char* op) {
+    size_t done = 0;
+    while (done < src.size()) {
+      ssize_t n = ::pwrite(fd, src.data() + done, src.size() - done, off_t(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(op, path_, errno);
+      }
+      done += size_t(n);
+    }
+    return Status::Ok();
+  }
+
+  Status Buffered(uint64_t offset, std::span<const std::byte> src) {
+    direct_.buffered_bytes += src.size();
+    return WriteAll(fd_, offset, src, "pwrite");
+  }
+
+  // The kDirectIoAlign-aligned middle of the write goes to the O_DIRECT
+  // descriptor if its buffer is aligned there too; head, tail and writes with
+  // a misaligned buffer go through the page cache. No early writeback here:
+  // the direct bytes are written back already.
+  Status PWriteDirect(uint64_t offset, std::span<const std::byte> src) {
+    constexpr uint64_t a = kDirectIoAlign;
+    const uint64_t end = offset + src.size();
+    const uint64_t lo = std::min(end, (offset + a - 1) / a * a), hi = std::max(lo, end / a * a);
+    if (hi == lo || (reinterpret_cast<uintptr_t>(src.data()) + (lo - offset)) % a != 0)
+      return Buffered(offset, src);
+    CKPT_RETURN_IF_ERROR(Buffered(offset, src.first(lo - offset)));
+    CKPT_RETURN_IF_ERROR(Direct(lo, src.subspan(lo - offset, hi - lo)));
+    return Buffered(hi, src.subspan(hi - offset));
+  }
+
+  // An EINVAL on the first direct write means the filesystem accepted the
+  // open but not the IO: fall back to buffered for good (nothing was written).
+  Status Direct(uint64_t offset, std::span<const std::byte> src) {
+    size_t done = 0;
+    while (done < src.size()) {
+      ssize_t n = ::pwrite(dfd_, src.data() + done, src.size() - done, off_t(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EINVAL || direct_.direct_writes > 0) return ErrnoStatus("pwrite(O_DIRECT)", path_, errno);
+        direct_.fallback = "pwrite(O_DIRECT): " + std::string(strerror(errno)) + "; writing through the page cache";
+        direct_.active = false;
+        ::close(dfd_);
+        dfd_ = -1;
+        return Buffered(offset + done, src.subspan(done));
+      }
+      ++direct_.direct_writes;
+      direct_.direct_bytes += uint64_t(n);
+      done += size_t(n);
+      if (uint64_t(n) % kDirectIoAlign != 0) return Buffered(offset + done, src.subspan(done));  // short
+    }
+    return Status::Ok();
+  }
+
   // Once `wb_.bytes` have been written since the last kick, starts writeback
   // of the range written since (SYNC_FILE_RANGE_WRITE, asynchronous) and, with
   // `wb_.bound_dirty`, waits for the range kicked before it: dirty pages of
@@ -129,6 +211,8 @@ class PosixFile final : public File {
 
   std::string path_;
   int fd_;
+  int dfd_ = -1;  // O_DIRECT descriptor (OpenOptions::direct), else -1
+  DirectIoStats direct_;
   PosixWriteback wb_;
   Status wb_error_ = Status::Ok();
   uint64_t pending_ = 0, lo_ = 0, hi_ = 0, prev_lo_ = 0, prev_hi_ = 0;
@@ -136,9 +220,9 @@ class PosixFile final : public File {
 
 class PosixEnv final : public Env {
  public:
-  explicit PosixEnv(PosixWriteback wb) : wb_(wb) {}
+  PosixEnv(PosixWriteback wb, bool refuse_direct) : wb_(wb), refuse_direct_(refuse_direct) {}
 
-  Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) override {
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode, const OpenOptions& opts = {}) override {
     int flags = O_CLOEXEC;
     switch (mode) {
       case OpenMode::kRead: flags |= O_RDONLY; break;
@@ -165,7 +249,9 @@ class PosixEnv final : public Env {
       ::close(fd);
       return ErrnoStatus("fcntl", path, err);
     }
-    return std::unique_ptr<File>(new PosixFile(path, fd, mode == OpenMode::kRead ? PosixWriteback{0, false} : wb_));
+    auto file = std::make_unique<PosixFile>(path, fd, mode == OpenMode::kRead ? PosixWriteback{0, false} : wb_);
+    if (opts.direct && mode != OpenMode::kRead) file->OpenDirect(refuse_direct_);
+    return std::unique_ptr<File>(std::move(file));
   }
 
   Status CreateDir(const std::string& path) override {
@@ -240,6 +326,7 @@ class PosixEnv final : public Env {
 
  private:
   const PosixWriteback wb_;
+  const bool refuse_direct_;
 };
 
 }  // namespace
@@ -281,10 +368,20 @@ PosixWriteback PosixWritebackFromEnvironment() {
   return wb;
 }
 
-std::unique_ptr<Env> NewPosixEnv(PosixWriteback wb) { return std::make_unique<PosixEnv>(wb); }
+bool DirectIoFromEnvironment() {
+  static const bool on = [] {
+    const char* v = std::getenv("CKPT_DIRECT_IO");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+std::unique_ptr<Env> NewPosixEnv(PosixWriteback wb, bool refuse_direct) {
+  return std::make_unique<PosixEnv>(wb, refuse_direct);
+}
 
 Env* DefaultEnv() {
-  static Env* env = new PosixEnv(PosixWritebackFromEnvironment());
+  static Env* env = new PosixEnv(PosixWritebackFromEnvironment(), false);
   return env;
 }
 

@@ -256,7 +256,8 @@ Result<hid_t> MakeEnvFapl(EnvVfdTarget* target) {
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   FaplInfo info{target};
   if (!fapl.valid() || H5Pset_driver(fapl.get(), g_driver_id, &info) < 0 ||
-      H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0)
+      H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0 ||
+      (target->alignment > 0 && H5Pset_alignment(fapl.get(), kAlignThreshold, target->alignment) < 0))
     return Status::Internal("HDF5: cannot build a file-access list for '" + target->file->path() +
                             "': " + TakeHdf5ErrorStack());
   return fapl.release();

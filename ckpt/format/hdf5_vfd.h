@@ -51,12 +51,21 @@ struct EnvVfdTarget {
   Status first_error;           // first Env error seen by the driver
   bool discard_writes = false;  // set by the first write error, or to abandon the file:
                                 // writes/truncates then succeed without IO
+  // > 0: every HDF5 allocation of >= kAlignThreshold bytes (chunks) starts at a
+  // multiple of this (H5Pset_alignment), e.g. kDirectIoAlign for a direct
+  // File. 0: HDF5's packing (the default; it fixes the golden files' offsets).
+  uint64_t alignment = 0;
 };
+
+// Allocations below this stay packed when EnvVfdTarget::alignment is set:
+// aligning small objects would waste up to one alignment unit each.
+inline constexpr uint64_t kAlignThreshold = uint64_t(64) << 10;
 
 // A new file-access property list (caller closes it with H5Pclose) that makes
 // H5Fcreate/H5Fopen use target->file. H5F_ACC_TRUNC truncates that File to 0.
 // Close degree is STRONG: H5Fclose closes every object still open in the file,
-// so a failed close never leaves HDF5 holding a pointer to target.
+// so a failed close never leaves HDF5 holding a pointer to target. Applies
+// target->alignment (read here, once).
 Result<hid_t> MakeEnvFapl(EnvVfdTarget* target);
 
 // Descriptions on HDF5's error stack, innermost first ("a; b; c"), and clears it.

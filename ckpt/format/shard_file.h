@@ -16,7 +16,9 @@
 // ChunkRecord::file_offset is an absolute byte offset in the file (no user
 // block), so a chunk can be read back with a plain File::PRead of
 // stored_size bytes. Chunks of raw (uncompressed) datasets are allocated
-// together and lie back to back in chunk order.
+// together and lie back to back in chunk order (direct IO: each chunk of
+// >= kAlignThreshold bytes starts on a kDirectIoAlign boundary, so there are
+// gaps of < 4 KiB between them).
 //
 // Failure: any Env error inside HDF5 is captured and returned as that Status
 // (not a generic HDF5 error), with the file and dataset as context. After an
@@ -39,7 +41,8 @@
 // compression overlap IO. At most 2 * encode_threads chunks are prepared and
 // not yet stored (stored bytes of each: <= chunk_bytes raw, <=
 // ZSTD_compressBound(chunk_bytes) zstd; raw chunks other than the padded edge
-// chunk are views of the caller's buffer and cost nothing). Files are identical
+// chunk are views of the caller's buffer and cost nothing, except with direct
+// IO: aligned copies from a pool that keeps <= 4 idle). Files are identical
 // byte for byte for every encode_threads, 0 (serial) included. The File is
 // used from the calling thread only; the workers live as long as the writer
 // (Finish or destruction joins them). Implementation: shard_writer.cc,
@@ -85,13 +88,17 @@ struct ShardWriteOptions {
   // Digest of every stored chunk (ChunkRecord::sha256). One per checkpoint:
   // the manifest records it (Manifest::chunk_hash); SHA-256 unless chosen.
   ChunkHash hash = ChunkHash::kSha256;
+  // Shard files written with direct IO (ShardFileWriter::Create's direct_io);
+  // default CKPT_DIRECT_IO=1 (DirectIoFromEnvironment), else off.
+  bool direct_io = DirectIoFromEnvironment();
 };
 
 // What a writer's pipeline did (for tests and benchmarks).
 struct ShardWriteStats {
   int encode_threads = 0;             // workers actually started (0: serial)
   int64_t peak_chunks_in_flight = 0;  // most chunks prepared and not yet stored
-  uint64_t peak_buffered_bytes = 0;   // most bytes those chunks owned (padded/encoded copies)
+  uint64_t peak_buffered_bytes = 0;   // most bytes those chunks owned (padded/encoded/aligned copies)
+  DirectIoStats direct_io;            // the file's (File::direct_io), as of Finish
 };
 
 // Dataset name for a tensor shard / object (escapes '/' in keys as "%2F").
@@ -101,7 +108,15 @@ std::string ObjectDatasetName(const ShardedObject& meta);
 class ShardFileWriter {
  public:
   // Creates (truncates) `path` through env. `rank` is stored as a file attribute.
-  static Result<std::unique_ptr<ShardFileWriter>> Create(Env* env, const std::string& path, int rank);
+  // direct_io: the file is opened with OpenOptions::direct, HDF5 aligns every
+  // chunk of >= kAlignThreshold bytes to kDirectIoAlign (other offsets than
+  // without it: the bytes of each chunk and every value are the same), and
+  // chunks are stored from kDirectIoAlign-aligned buffers (a worker copies a
+  // misaligned one), so a chunk's whole aligned middle bypasses the page cache.
+  // Durability is unchanged (Finish fdatasyncs). Where the filesystem has no
+  // O_DIRECT the file is written buffered (stats().direct_io.fallback says why).
+  static Result<std::unique_ptr<ShardFileWriter>> Create(Env* env, const std::string& path, int rank,
+                                                         bool direct_io = false);
   ~ShardFileWriter();
 
   Result<DatasetRecord> WriteTensor(const ShardedTensor& meta, std::span<const std::byte> data,

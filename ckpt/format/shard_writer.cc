@@ -8,7 +8,11 @@
 // the lock, reading each address back with H5Dget_chunk_info_by_coord. Raw
 // datasets are allocated early so their chunks are contiguous in chunk order;
 // compressed ones incrementally (stored sizes are only known after encoding).
-// Fill values are never written.
+// Fill values are never written. Direct IO (Create's direct_io): HDF5 aligns
+// large chunks to kDirectIoAlign and the workers hand over chunk bytes at
+// kDirectIoAlign-aligned addresses, so the Env's O_DIRECT path (env.h
+// OpenOptions) takes each chunk's aligned middle; only unaligned tails and
+// small objects go through the page cache.
 //
 // Any HDF5/Env failure after the file exists poisons the writer: HDF5's state
 // is then unreliable, and the save must abort anyway.
@@ -20,6 +24,7 @@
 #include <functional>
 #include <thread>
 
+#include "ckpt/format/aligned_buffers.h"
 #include "ckpt/format/chunk_pipeline.h"
 #include "ckpt/base/chunk_hash.h"
 #include "ckpt/format/shard_file.h"
@@ -34,17 +39,39 @@ using namespace shard_internal;
 namespace {
 
 // One chunk ready to store: its bytes (a view of the caller's buffer, or the
-// padded/encoded copy it owns) and its record (size, hash; offset once stored).
+// padded/encoded copy it owns, or for direct IO an aligned copy of either
+// from the writer's pool) and its record (size, hash; offset once stored).
 struct PreparedChunk {
   std::span<const std::byte> view;
   std::vector<std::byte> owned;
+  AlignedBuffer aligned;
+  size_t aligned_size = 0;
   ChunkRecord record;
-  std::span<const std::byte> bytes() const { return owned.empty() ? view : std::span<const std::byte>(owned); }
+  std::span<const std::byte> bytes() const {
+    if (aligned) return {aligned.data(), aligned_size};
+    return owned.empty() ? view : std::span<const std::byte>(owned);
+  }
+  uint64_t held() const { return owned.capacity() + aligned.capacity(); }
 };
 
-// Pads (edge chunk), encodes (codec non-null: zstd) and hashes chunk i with `hash`. Pure.
+// Direct IO: stored bytes at a misaligned address move to an aligned copy,
+// hashed as they are copied. Returns whether it hashed.
+bool AlignForDirectIo(PreparedChunk& p, AlignedBufferPool& pool, ChunkHash hash) {
+  const std::span<const std::byte> b = p.bytes();
+  if (b.empty() || reinterpret_cast<uintptr_t>(b.data()) % kDirectIoAlign == 0) return false;
+  ChunkHasher hasher(hash);
+  p.aligned = pool.CopyOf(b, &hasher);
+  p.aligned_size = b.size();
+  p.owned = std::vector<std::byte>();
+  p.record.sha256 = hasher.FinishHex();
+  return true;
+}
+
+// Pads (edge chunk), encodes (codec non-null: zstd), aligns (direct) and
+// hashes chunk i with `hash`. Pure.
 Result<PreparedChunk> PrepareChunk(std::span<const std::byte> data, size_t chunk_bytes, size_t elem_size,
-                                   int64_t i, const CodecOptions* codec, ChunkHash hash) {
+                                   int64_t i, const CodecOptions* codec, ChunkHash hash,
+                                   AlignedBufferPool* direct) {
   PreparedChunk p;
   size_t begin = size_t(i) * chunk_bytes;
   p.view = data.subspan(begin, std::min(chunk_bytes, data.size() - begin));
@@ -56,8 +83,8 @@ Result<PreparedChunk> PrepareChunk(std::span<const std::byte> data, size_t chunk
     CKPT_ASSIGN_OR_RETURN(p.owned, EncodeChunk(p.bytes(), elem_size, *codec));
   }
   if (p.bytes().size() > kMaxChunkBytes) return Status::InvalidArgument("stored chunk exceeds 4 GiB");
+  if (!direct || !AlignForDirectIo(p, *direct, hash)) p.record.sha256 = ChunkHashHex(hash, p.bytes());
   p.record.stored_size = p.bytes().size();
-  p.record.sha256 = ChunkHashHex(hash, p.bytes());
   return p;
 }
 
@@ -70,6 +97,8 @@ struct ShardFileWriter::Impl {
   hid_t fid = H5I_INVALID_HID;
   Status failed;  // sticky: set by the first HDF5/Env failure
   bool finished = false;
+  bool direct = false;  // Create's direct_io
+  AlignedBufferPool aligned_pool{4};  // direct: chunk copies, reused (a window of 2 workers)
   uint64_t size = 0;
   std::unique_ptr<ChunkPipeline> pipeline;  // created by the first tensor, for its thread count
   ShardWriteStats stats;
@@ -142,7 +171,8 @@ struct ShardFileWriter::Impl {
     }
   }
   void Release(PreparedChunk& c) {
-    buffered.fetch_sub(c.owned.capacity());
+    buffered.fetch_sub(c.held());
+    aligned_pool.Release(std::move(c.aligned));
     c = PreparedChunk{};
   }
 
@@ -228,9 +258,10 @@ Status ShardFileWriter::Impl::WriteChunks(hid_t dset, const std::string& name, c
   std::vector<PreparedChunk> slots(static_cast<size_t>(window));
   rec->chunks.reserve(size_t(l.num_chunks));
   auto prepare = [&](int64_t i) -> Status {  // on a worker (or here when serial)
-    Result<PreparedChunk> p = PrepareChunk(data, chunk_bytes, l.elem_size, i, encode, hash);
+    Result<PreparedChunk> p = PrepareChunk(data, chunk_bytes, l.elem_size, i, encode, hash,
+                                           direct ? &aligned_pool : nullptr);
     if (!p.ok()) return p.status().WithContext("preparing chunk " + std::to_string(i) + " of " + Where(name));
-    Hold(p->owned.capacity());
+    Hold(p->held());
     slots[size_t(i % window)] = std::move(p).value();
     return Status::Ok();
   };
@@ -270,12 +301,14 @@ ShardFileWriter::ShardFileWriter(std::unique_ptr<Impl> impl) : impl_(std::move(i
 ShardFileWriter::~ShardFileWriter() = default;
 
 Result<std::unique_ptr<ShardFileWriter>> ShardFileWriter::Create(Env* env, const std::string& path,
-                                                                 int rank) {
+                                                                 int rank, bool direct_io) {
   CKPT_RETURN_IF_ERROR(InitHdf5());
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  CKPT_ASSIGN_OR_RETURN(impl->file, env->OpenFile(path, OpenMode::kCreate));
+  impl->direct = direct_io;
+  CKPT_ASSIGN_OR_RETURN(impl->file, env->OpenFile(path, OpenMode::kCreate, OpenOptions{.direct = direct_io}));
   impl->target.file = impl->file.get();
+  impl->target.alignment = direct_io ? kDirectIoAlign : 0;
   CKPT_RETURN_IF_ERROR(impl->CreateHdf5(rank));  // on error ~Impl abandons the file
   return std::unique_ptr<ShardFileWriter>(new ShardFileWriter(std::move(impl)));
 }
@@ -342,6 +375,7 @@ Status ShardFileWriter::Finish() {
   Result<uint64_t> size = s.ok() ? w.file->Size() : Result<uint64_t>(s);
   if (size.ok()) s = w.file->Sync();
   else s = size.status();
+  w.stats.direct_io = w.file->direct_io();
   if (s.ok()) s = w.file->Close();
   if (!s.ok()) {
     if (w.failed.ok()) w.failed = s;

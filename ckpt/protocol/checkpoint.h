@@ -91,6 +91,7 @@ struct SaveStats {
   int64_t shards_written = 0;
   std::vector<int64_t> bytes_per_rank;  // rank 0 only: raw bytes each rank wrote
   std::map<std::string, double> phase_seconds;
+  DirectIoStats direct_io;  // this rank's shard file (SaveOptions::write.direct_io)
   double seconds = 0;
   // OK, or what failed after the commit point ("tracker update failed: ..."):
   // the iteration is committed all the same (same on every rank for rank 0's

@@ -106,13 +106,13 @@ Result<std::string> PrepareSaveDir(Env* env, const std::string& root, int64_t it
 Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
                                const std::vector<const TensorEntry*>& tensors,
                                const std::vector<const ObjectEntry*>& objects, const ShardWriteOptions& opts,
-                               const StepHook& hook) {
+                               const StepHook& hook, ShardWriteStats* stats) {
   Manifest part;
   part.chunk_hash = opts.hash;
   if (tensors.empty() && objects.empty()) return part;
   CKPT_RETURN_IF_ERROR(RunHook(hook, "shard_write", rank));
   const std::string name = ShardFileName(rank);
-  CKPT_ASSIGN_OR_RETURN(auto writer, ShardFileWriter::Create(env, JoinPath(tmp_dir, name), rank));
+  CKPT_ASSIGN_OR_RETURN(auto writer, ShardFileWriter::Create(env, JoinPath(tmp_dir, name), rank, opts.direct_io));
   for (const TensorEntry* t : tensors) {
     ShardedTensor meta = t->meta;
     meta.replica_id.assign(meta.replica_id.size(), 0);  // the written copy is the main one
@@ -125,6 +125,7 @@ Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
   }
   CKPT_RETURN_IF_ERROR(RunHook(hook, "shard_fsync", rank));
   CKPT_RETURN_IF_ERROR(writer->Finish());
+  if (stats) *stats = writer->stats();
   part.files.push_back({name, rank, writer->file_size(), ""});
   CKPT_RETURN_IF_ERROR(RecordMetaHash(env, JoinPath(tmp_dir, name), 0, &part));
   return part;

@@ -31,11 +31,13 @@ Result<std::string> PrepareSaveDir(Env* env, const std::string& root, int64_t it
 
 // Writes `tensors` (as main replicas) and `objects` into <tmp_dir>/rank_<r>.h5
 // and fsyncs it, every chunk hashed with opts.hash. Returns a one-file partial
-// manifest recording that hash (no file when both are empty).
+// manifest recording that hash (no file when both are empty). opts.direct_io:
+// the file is written with direct IO (ShardFileWriter::Create); *stats (if
+// given) gets the writer's statistics after Finish.
 Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
                                const std::vector<const TensorEntry*>& tensors,
                                const std::vector<const ObjectEntry*>& objects, const ShardWriteOptions& opts,
-                               const StepHook& hook);
+                               const StepHook& hook, ShardWriteStats* stats = nullptr);
 
 // Joins per-rank partial manifests; checks that ranks agree on dtype and global
 // shape, that every tensor is covered exactly once, that no object cell is

@@ -172,7 +172,10 @@ Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
   }
   ShardWriteOptions write = opts_.write;
   if (write.encode_threads == kAutoThreads) write.encode_threads = DefaultWorkerThreads(comm_);
-  CKPT_ASSIGN_OR_RETURN(Manifest part, WriteRankFile(env_, tmp_dir_, rank_, tensors, objects, write, opts_.hook));
+  ShardWriteStats ws;
+  CKPT_ASSIGN_OR_RETURN(Manifest part,
+                        WriteRankFile(env_, tmp_dir_, rank_, tensors, objects, write, opts_.hook, &ws));
+  stats_.direct_io = ws.direct_io;
   if (!part.files.empty()) stats_.file_bytes = int64_t(part.files[0].size);
   stats_.shards_written = int64_t(part.shards.size());
   return part;

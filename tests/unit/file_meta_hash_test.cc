@@ -20,8 +20,8 @@ using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
 class CountingEnv : public EnvWrapper {
  public:
   CountingEnv() : EnvWrapper(DefaultEnv()) {}
-  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m) override {
-    CKPT_ASSIGN_OR_RETURN(auto f, target()->OpenFile(p, m));
+  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m, const OpenOptions& o = {}) override {
+    CKPT_ASSIGN_OR_RETURN(auto f, target()->OpenFile(p, m, o));
     return std::unique_ptr<File>(new Counted(std::move(f), &reads));
   }
   std::atomic<int> reads{0};

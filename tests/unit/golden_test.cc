@@ -64,6 +64,9 @@ SaveOptions GoldenOptions(const std::string& root, const GoldenCase& g) {
   o.write.codec.compression = g.compression;
   o.write.hash = g.hash;
   o.write.chunk_bytes = 512;
+  // Direct IO aligns chunk offsets (shard_file.h): the golden files pin the
+  // packed layout, whatever CKPT_DIRECT_IO says.
+  o.write.direct_io = false;
   // The v1 files were encoded with zstd's own level-1 parameters (its own
   // literal mode). The zstd
   // parameters are encoder tuning, not format (any setting is a standard frame,

@@ -311,8 +311,8 @@ class CountingFile : public File {
 class CountingEnv : public EnvWrapper {
  public:
   explicit CountingEnv(Counters* c) : EnvWrapper(DefaultEnv()), c_(c) {}
-  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m) override {
-    CKPT_ASSIGN_OR_RETURN(auto f, target()->OpenFile(p, m));
+  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m, const OpenOptions& o = {}) override {
+    CKPT_ASSIGN_OR_RETURN(auto f, target()->OpenFile(p, m, o));
     return std::unique_ptr<File>(new CountingFile(std::move(f), c_));
   }
 
