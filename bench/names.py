@@ -21,7 +21,11 @@ def load_rows(n: int, cache: str) -> dict:
     """cache: 'page cache', 'host-cached' or 'cold'."""
     return {
         "dd_read": f"dd read, {cache}, {n} readers",
+        "dd_read_direct": f"dd read O_DIRECT, {cache}, {n} readers",
         "ckpt_load": f"ckpt load raw, {cache}, {n} ranks",
+        "ckpt_load_direct": f"ckpt load raw O_DIRECT, {cache}, {n} ranks",
+        "ckpt_load_xxh3": f"ckpt load raw XXH3-128, {cache}, {n} ranks",
+        "ckpt_load_xxh3_direct": f"ckpt load raw XXH3-128 O_DIRECT, {cache}, {n} ranks",
         "torch_load": f"torch.load, {cache}, {n} ranks",
     }
 
@@ -30,6 +34,7 @@ def other_rows(n: int) -> dict:
     return {
         "ckpt_load_zstd": f"ckpt load zstd, page cache, {n} ranks",
         "reshard": f"ckpt load+reshard TP{n}->TP1, page cache, 1 rank",
+        "reshard_cold": f"ckpt load+reshard TP{n}->TP1 XXH3-128 O_DIRECT, cold, 1 rank",
         "dd_read_1": f"dd read, page cache, 1 reader ({n} files in sequence)",
         "memcpy": "memcpy contiguous, 1 process (state bytes)",
         "sha256": "SHA-256, 1 core, 4 MiB chunks",

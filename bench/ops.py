@@ -102,15 +102,17 @@ def dd_write(srcs, out_dir: str, direct: bool) -> dict:
     return {"bytes": n, "stored_bytes": n, "seconds": _all_at_once(argvs), "writers": len(srcs)}
 
 
-def dd_read(files, readers: int) -> dict:
-    """Reads files to /dev/null: one dd per file at once (readers > 1) or all in sequence by one dd."""
+def dd_read(files, readers: int, direct: bool = False) -> dict:
+    """Reads files to /dev/null: one dd per file at once (readers > 1) or all in sequence by one dd;
+    iflag=direct with direct (O_DIRECT: no page cache, as `ckpt load --direct-io`)."""
     n = sum(os.path.getsize(f) for f in files)
+    flags = ["iflag=direct"] if direct else []
     if readers > 1:
-        secs = _all_at_once([["dd", f"if={f}", "of=/dev/null", "bs=4M", "status=none"] for f in files])
+        secs = _all_at_once([["dd", f"if={f}", "of=/dev/null", "bs=4M", "status=none", *flags] for f in files])
     else:
         t0 = time.monotonic()
         for f in files:
-            _all_at_once([["dd", f"if={f}", "of=/dev/null", "bs=4M", "status=none"]])
+            _all_at_once([["dd", f"if={f}", "of=/dev/null", "bs=4M", "status=none", *flags]])
         secs = time.monotonic() - t0
     return {"bytes": n, "stored_bytes": n, "seconds": secs, "readers": readers}
 
@@ -141,7 +143,7 @@ def ckpt_save(p: Paths, root: str, ranks: int, model: str, *flags, env=None) -> 
 
 
 def ckpt_load(p: Paths, root: str, ranks: int, layout: str, *flags) -> dict:
-    """ckpt load --no-check (every chunk's SHA-256 is still verified); bytes = logical bytes delivered."""
+    """ckpt load --no-check (every chunk's hash is still verified); bytes = logical bytes delivered."""
     j = json.loads(job(MPIRUN + ["-np", ranks, p.ckpt, "load", "--root", root, "--layout", layout, "--json",
                                  "--no-check", *flags], scratch=p.dir))
     per = [r.get("state", -1) for r in j["memory"]["per_rank"]]

@@ -78,8 +78,9 @@ def d(*parts) -> str:
 
 def references() -> dict:
     """The checkpoints whose bytes every baseline reuses (saved once, not timed here)."""
-    refs = {"n": d("ref_n"), "1": d("ref_1"), "z": d("ref_z")}
+    refs = {"n": d("ref_n"), "1": d("ref_1"), "z": d("ref_z"), "x": d("ref_x")}
     refs["bytes"] = ops.ckpt_save(P, refs["n"], N, model(LAYERS))["bytes"]
+    ops.ckpt_save(P, refs["x"], N, model(LAYERS), "--hash", "xxh3-128")
     if 1 in WRITE_RANKS and N != 1:
         ops.ckpt_save(P, refs["1"], 1, model(LAYERS))
     ops.ckpt_save(P, refs["z"], N, model(LAYERS), "--compress", "zstd")
@@ -128,10 +129,19 @@ def read_ops(refs: dict) -> list:
         r = names.load_rows(N, cache)
         out += [(r["dd_read"], lambda c=cache: ops.dd_read(ops.rank_files(prepared(c, it(refs["n"]), "dd")), N)),
                 (r["ckpt_load"], lambda c=cache: ops.ckpt_load(P, prepared(c, refs["n"], "ckpt"), N, f"tp={N}")),
+                (r["ckpt_load_xxh3"], lambda c=cache: ops.ckpt_load(P, prepared(c, refs["x"], "ckpt"), N, f"tp={N}")),
                 (r["torch_load"], lambda c=cache: ops.peer(P, "torch.load", prepared(c, torch_dir, "torch")))]
+        if cache != "page cache":  # O_DIRECT bypasses the page cache: a different read there
+            out += [(r["dd_read_direct"],
+                     lambda c=cache: ops.dd_read(ops.rank_files(prepared(c, it(refs["n"]), "dd")), N, direct=True)),
+                    (r["ckpt_load_direct"],
+                     lambda c=cache: ops.ckpt_load(P, prepared(c, refs["n"], "ckpt"), N, f"tp={N}", "--direct-io")),
+                    (r["ckpt_load_xxh3_direct"],
+                     lambda c=cache: ops.ckpt_load(P, prepared(c, refs["x"], "ckpt"), N, f"tp={N}", "--direct-io"))]
     o = names.other_rows(N)
     out += [(o["ckpt_load_zstd"], lambda: ops.ckpt_load(P, prepared("page cache", refs["z"], ""), N, f"tp={N}")),
             (o["reshard"], lambda: ops.ckpt_load(P, prepared("page cache", refs["n"], ""), 1, "tp=1")),
+            (o["reshard_cold"], lambda: ops.ckpt_load(P, prepared("cold", refs["x"], "ckpt"), 1, "tp=1", "--direct-io")),
             (o["dd_read_1"], lambda: ops.dd_read(ops.rank_files(prepared("page cache", it(refs["n"]), "")), 1))]
     return out
 

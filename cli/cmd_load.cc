@@ -45,6 +45,8 @@ Status Prepare(const JobFlags& f, LoadJob& l, int64_t iteration, int* rc) {
   CKPT_ASSIGN_OR_RETURN(l.share, ShareComm(j, f.share_reads, f.share_transport, l.o.timeout));
   l.o.share_comm = l.share.get();
   l.o.share_round_bytes = f.share_round_mb << 20;
+  if (f.direct_io) l.o.direct_io = true;  // else CKPT_DIRECT_IO decides
+  if (f.load_threads >= 0) l.o.threads = f.load_threads;
   return Status::Ok();
 }
 
@@ -113,14 +115,15 @@ int Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::Lo
                               {"opt_elements", j.optimizer ? j.optimizer->StateElements() : 0},
                               {"first_bad", first_bad}, {"files", r.files_touched}, {"rss_before", mem.rss_before},
                               {"peak", mem.peak}, {"extra", mem.extra()}, {"state", mem.state},
-                              {"largest_shard", mem.largest_shard}, {"peak_reset", mem.peak_reset}});
+                              {"largest_shard", mem.largest_shard}, {"peak_reset", mem.peak_reset},
+                              {"direct_bytes", r.direct_read_bytes}, {"direct_fallback", r.direct_io_fallback}});
   auto sum = all.ok() ? workload::ReduceLoadReports(*all) : Result<json>(all.status());
   if (!sum.ok()) return Fail("load", j.rank(), sum.status());
   const json& s = *sum;
   // The iteration loaded may not be the one asked for (--fallback, an empty tracker).
   if (!l.saved.ok() || l.saved->iteration != r.iteration) l.saved = ReadManifest(DefaultEnv(), f.root, r.iteration);
   const int64_t bytes = s["bytes"];
-  const json out = {
+  json out = {
       {"op", "load"}, {"iteration", r.iteration}, {"layout", j.layout.ToString()},
       {"saved_layout", l.saved.ok() ? l.saved->layout.dump() : "?"}, {"ranks", j.comm->size()}, {"bytes", bytes},
       {"seconds", secs}, {"mb_per_s", bytes / 1e6 / secs}, {"elements_checked", f.no_check ? 0 : s["elements"].get<int64_t>()},
@@ -135,6 +138,12 @@ int Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::Lo
                   {"largest_local_shard_bytes_max", s["largest_shard"]},
                   {"largest_chunk_bytes", l.saved.ok() ? workload::LargestChunk(*l.saved) : -1},
                   {"peak_reset", s["peak_reset"]}, {"per_rank", s["per_rank"]}}}};
+  if (l.o.direct_io) {  // every rank's reads: bytes that went direct, and why not where they could not
+    std::string fallback;
+    for (const auto& a : *all)
+      if (fallback.empty()) fallback = a.value("direct_fallback", std::string());
+    out["direct_io"] = {{"direct_bytes", *workload::SumOf(*all, "direct_bytes")}, {"fallback", fallback}};
+  }
   if (f.json)
     Print0(j, "%s\n", out.dump().c_str());
   else
@@ -177,6 +186,12 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
   cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
   cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
   cmd->add_flag("--no-check", f->no_check, "skip the element check");
+  cmd->add_flag("--direct-io", f->direct_io,
+                "read shard files with O_DIRECT, bypassing the page cache (default: CKPT_DIRECT_IO=1 turns it on); "
+                "faster from disk, slower for files still in the page cache");
+  cmd->add_option("--threads", f->load_threads,
+                  "read/verify/decode workers per rank (default: the cores divided by the ranks on this node)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--strict", f->strict,
                   "fail on key mismatches: all (default: checkpoint keys the job does not request, or "
                   "requested keys it lacks), unexpected, missing (missing ones are skipped otherwise) or none; "

@@ -20,6 +20,7 @@ struct JobFlags {
   int64_t bucket_elems = -1;
   int64_t chunk_kb = 4096;
   int encode_threads = kAutoThreads;  // DefaultWorkerThreads(job comm)
+  int load_threads = kAutoThreads;    // ckpt load --threads
   int64_t timeout_ms = 60000;
   bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false, allow_older = false,
        direct_io = false;

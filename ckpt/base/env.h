@@ -34,17 +34,22 @@ enum class OpenMode {
 };
 
 // Per-open options (OpenFile's third argument).
-//  direct: a write-mostly data file whose aligned bytes should bypass the page
-//    cache (POSIX: a second descriptor with O_DIRECT). Ignored for kRead. Any
-//    PWrite stays valid: the part of a write that starts and ends on
-//    kDirectIoAlign boundaries and whose buffer is kDirectIoAlign-aligned at
-//    that part's start goes direct; the unaligned head/tail and whole writes
-//    with a misaligned buffer go through the page cache (both paths stay
-//    coherent: the kernel flushes/invalidates cached pages a direct write
-//    covers). Reads always go through the page cache. Durability is
-//    unchanged: nothing is durable before Sync (fdatasync covers both paths).
+//  direct: a data file whose aligned bytes should bypass the page cache
+//    (POSIX: a second descriptor with O_DIRECT).
+//    Writable files (kCreate, kReadWrite): any PWrite stays valid: the part of
+//    a write that starts and ends on kDirectIoAlign boundaries and whose
+//    buffer is kDirectIoAlign-aligned at that part's start goes direct; the
+//    unaligned head/tail and whole writes with a misaligned buffer go through
+//    the page cache (both paths stay coherent: the kernel flushes/invalidates
+//    cached pages a direct write covers). Their reads use the page cache.
+//    Durability is unchanged: nothing is durable before Sync (fdatasync
+//    covers both paths).
+//    kRead files: PRead splits the same way (aligned middle into an aligned
+//    buffer direct, head/tail buffered); a direct read sees every byte a
+//    buffered one would (the kernel writes dirty cached pages back first) and
+//    returns short only at EOF, like a buffered one.
 //    Where the filesystem refuses O_DIRECT (EINVAL at open or at the first
-//    direct write) the file falls back to buffered IO and records why
+//    direct write or read) the file falls back to buffered IO and records why
 //    (File::direct_io()); that is not an error.
 struct OpenOptions {
   bool direct = false;
@@ -62,6 +67,8 @@ struct DirectIoStats {
   uint64_t direct_bytes = 0;    // written with O_DIRECT
   uint64_t buffered_bytes = 0;  // written through the page cache (unaligned parts)
   uint64_t direct_writes = 0;   // pwrite calls on the O_DIRECT descriptor
+  uint64_t direct_read_bytes = 0;  // read with O_DIRECT (kRead files)
+  uint64_t direct_reads = 0;       // pread calls on the O_DIRECT descriptor
 };
 
 class File {
@@ -124,8 +131,9 @@ struct PosixWriteback {
 // clear win measured, DESIGN "Early writeback"), CKPT_WRITEBACK_BOUND=0; read once.
 PosixWriteback PosixWritebackFromEnvironment();
 
-// CKPT_DIRECT_IO=1: the default of ShardWriteOptions::direct_io (shard files
-// opened with OpenOptions::direct; off by default: DESIGN "Direct IO"). Read once.
+// CKPT_DIRECT_IO=1: the default of ShardWriteOptions::direct_io and
+// LoadOptions::direct_io (shard files written and read with
+// OpenOptions::direct; off by default: DESIGN "Direct IO"). Read once.
 bool DirectIoFromEnvironment();
 
 // The process-wide POSIX Env, PosixWritebackFromEnvironment(). Never deleted.

@@ -43,17 +43,8 @@ class PosixFile final : public File {
   const std::string& path() const override { return path_; }
 
   Result<size_t> PRead(uint64_t offset, std::span<std::byte> dst) override {
-    size_t done = 0;
-    while (done < dst.size()) {
-      ssize_t n = ::pread(fd_, dst.data() + done, dst.size() - done, off_t(offset + done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoStatus("pread", path_, errno);
-      }
-      if (n == 0) break;
-      done += size_t(n);
-    }
-    return done;
+    if (dfd_ >= 0 && reads_direct_) return PReadDirect(offset, dst);
+    return ReadAll(fd_, offset, dst, "pread");
   }
 
   void WillNeed(uint64_t offset, uint64_t bytes) override {
@@ -69,21 +60,24 @@ class PosixFile final : public File {
 
   DirectIoStats direct_io() const override { return direct_; }
 
-  // OpenOptions::direct: a second, O_DIRECT descriptor of the same inode. Any
-  // failure (EINVAL: the filesystem has no O_DIRECT) leaves the file buffered
-  // and records why; `refuse` simulates that (tests).
-  void OpenDirect(bool refuse) {
+  // OpenOptions::direct: a second, O_DIRECT descriptor of the same inode (for
+  // reading when `read`, else for writing). Any failure (EINVAL: the
+  // filesystem has no O_DIRECT) leaves the file buffered and records why;
+  // `refuse` simulates that (tests).
+  void OpenDirect(bool refuse, bool read) {
     direct_.requested = true;
-    const int dfd = refuse ? -1 : ::open(path_.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+    reads_direct_ = read;
+    const std::string then = read ? "; reading through the page cache" : "; writing through the page cache";
+    const int dfd = refuse ? -1 : ::open(path_.c_str(), (read ? O_RDONLY : O_WRONLY) | O_DIRECT | O_CLOEXEC);
     const int err = refuse ? EINVAL : errno;
     if (dfd < 0) {
-      direct_.fallback = std::string("open(O_DIRECT): ") + strerror(err) + "; writing through the page cache";
+      direct_.fallback = std::string("open(O_DIRECT): ") + strerror(err) + then;
       return;
     }
     struct stat a, b;
     if (::fstat(fd_, &a) != 0 || ::fstat(dfd, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
       ::close(dfd);
-      direct_.fallback = "open(O_DIRECT): the path names another file now; writing through the page cache";
+      direct_.fallback = "open(O_DIRECT): the path names another file now" + then;
       return;
     }
     dfd_ = dfd;
@@ -136,6 +130,67 @@ class PosixFile final : public File {
       done += size_t(n);
     }
     return Status::Ok();
+  }
+
+  Result<size_t> ReadAll(int fd, uint64_t offset, std::span<std::byte> dst, const char* op) {
+    size_t done = 0;
+    while (done < dst.size()) {
+      ssize_t n = ::pread(fd, dst.data() + done, dst.size() - done, off_t(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(op, path_, errno);
+      }
+      if (n == 0) break;
+      done += size_t(n);
+    }
+    return done;
+  }
+
+  // Reads of a kRead direct file: the aligned middle (aligned buffer) through
+  // O_DIRECT, head and tail (or all of a misaligned read) through the page
+  // cache; short only at EOF.
+  Result<size_t> PReadDirect(uint64_t offset, std::span<std::byte> dst) {
+    constexpr uint64_t a = kDirectIoAlign;
+    const uint64_t end = offset + dst.size();
+    const uint64_t lo = std::min(end, (offset + a - 1) / a * a), hi = std::max(lo, end / a * a);
+    if (hi == lo || (reinterpret_cast<uintptr_t>(dst.data()) + (lo - offset)) % a != 0)
+      return ReadAll(fd_, offset, dst, "pread");
+    CKPT_ASSIGN_OR_RETURN(size_t head, ReadAll(fd_, offset, dst.first(lo - offset), "pread"));
+    if (head < lo - offset) return head;
+    CKPT_ASSIGN_OR_RETURN(size_t mid, DirectRead(lo, dst.subspan(lo - offset, hi - lo)));
+    if (mid < hi - lo) return (lo - offset) + mid;
+    CKPT_ASSIGN_OR_RETURN(size_t tail, ReadAll(fd_, hi, dst.subspan(hi - offset), "pread"));
+    return (hi - offset) + tail;
+  }
+
+  // An EINVAL on the first direct read: the filesystem took the open but not
+  // the IO, so this file reads through the page cache from now on. A direct
+  // read that ends off the alignment hit EOF (or was cut short): the rest, if
+  // any, is read buffered, which also finds the EOF.
+  Result<size_t> DirectRead(uint64_t offset, std::span<std::byte> dst) {
+    size_t done = 0;
+    while (done < dst.size()) {
+      ssize_t n = ::pread(dfd_, dst.data() + done, dst.size() - done, off_t(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EINVAL || direct_.direct_reads > 0) return ErrnoStatus("pread(O_DIRECT)", path_, errno);
+        direct_.fallback = "pread(O_DIRECT): " + std::string(strerror(errno)) + "; reading through the page cache";
+        direct_.active = false;
+        ::close(dfd_);
+        dfd_ = -1;
+        CKPT_ASSIGN_OR_RETURN(size_t rest, ReadAll(fd_, offset + done, dst.subspan(done), "pread"));
+        return done + rest;
+      }
+      ++direct_.direct_reads;
+      direct_.direct_read_bytes += uint64_t(n);
+      if (n == 0) break;
+      done += size_t(n);
+      if (uint64_t(n) % kDirectIoAlign != 0) {
+        CKPT_ASSIGN_OR_RETURN(size_t rest, ReadAll(fd_, offset + done, dst.subspan(done), "pread"));
+        return done + rest;
+      }
+    }
+    return done;
   }
 
   Status Buffered(uint64_t offset, std::span<const std::byte> src) {
@@ -212,6 +267,7 @@ class PosixFile final : public File {
   std::string path_;
   int fd_;
   int dfd_ = -1;  // O_DIRECT descriptor (OpenOptions::direct), else -1
+  bool reads_direct_ = false;  // dfd_ is for reading (a kRead file), not writing
   DirectIoStats direct_;
   PosixWriteback wb_;
   Status wb_error_ = Status::Ok();
@@ -250,7 +306,7 @@ class PosixEnv final : public Env {
       return ErrnoStatus("fcntl", path, err);
     }
     auto file = std::make_unique<PosixFile>(path, fd, mode == OpenMode::kRead ? PosixWriteback{0, false} : wb_);
-    if (opts.direct && mode != OpenMode::kRead) file->OpenDirect(refuse_direct_);
+    if (opts.direct) file->OpenDirect(refuse_direct_, mode == OpenMode::kRead);
     return std::unique_ptr<File>(std::move(file));
   }
 

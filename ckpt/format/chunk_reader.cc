@@ -7,8 +7,8 @@
 
 namespace ckpt {
 
-ChunkReader::ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes)
-    : env_(env), dir_(std::move(dir)), manifest_(manifest), verify_(verify_hashes) {
+ChunkReader::ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes, bool direct_io)
+    : env_(env), dir_(std::move(dir)), manifest_(manifest), verify_(verify_hashes), direct_(direct_io) {
   if (verify_) hasher_ = std::make_unique<ChunkHasher>(manifest_->chunk_hash);
 }
 
@@ -32,7 +32,7 @@ Result<File*> ChunkReader::Open(int file) {
   if (file < 0 || size_t(file) >= manifest_->files.size())
     return Status::Corruption("manifest names file index " + std::to_string(file));
   const std::string path = FilePath(file);
-  auto f = env_->OpenFile(path, OpenMode::kRead);
+  auto f = env_->OpenFile(path, OpenMode::kRead, OpenOptions{.direct = direct_});
   if (!f.ok()) {
     if (f.status().code() == Code::kNotFound)
       return Status::NotFound("shard file '" + path + "' (rank " + std::to_string(manifest_->files[file].rank) +
@@ -54,15 +54,14 @@ Result<std::span<const std::byte>> ChunkReader::ReadStored(int file, const Datas
   auto where = [&]() { return Where(file, rec, chunk, what); };
   if (chunk < 0 || size_t(chunk) >= rec.chunks.size()) return Status::Internal(where() + ": chunk index out of range");
   const ChunkRecord& c = rec.chunks[chunk];
-  stored_.resize(c.stored_size);
   if (verify_) hasher_->Reset();
-  for (size_t off = 0; off < stored_.size(); off += kReadBlockBytes) {
-    const std::span<std::byte> block = std::span<std::byte>(stored_).subspan(off, std::min(kReadBlockBytes, stored_.size() - off));
-    CKPT_ASSIGN_OR_RETURN(size_t n, f->PRead(c.file_offset + off, block));
-    if (n != block.size()) return Status::Corruption(where() + ": short read (file truncated)");
-    if (verify_) hasher_->Update(block);  // now, while the block is in cache
+  auto bytes = direct_ && f->direct_io().active ? ReadRangeDirect(f, c.file_offset, c.stored_size)
+                                                 : ReadRange(f, c.file_offset, c.stored_size);
+  if (!bytes.ok()) {
+    if (bytes.status().code() == Code::kCorruption) return Status::Corruption(where() + ": " + bytes.status().message());
+    return bytes.status();
   }
-  bytes_read_ += int64_t(stored_.size());
+  bytes_read_ += int64_t(bytes->size());
   ++chunks_read_;
   if (verify_) {
     std::string got = hasher_->FinishHex();
@@ -70,7 +69,53 @@ Result<std::span<const std::byte>> ChunkReader::ReadStored(int file, const Datas
       return Status::Corruption(where() + ": " + std::string(ChunkHashName(manifest_->chunk_hash)) +
                                 " mismatch (manifest " + c.sha256 + ", data " + got + ")");
   }
+  return bytes;
+}
+
+Result<std::span<const std::byte>> ChunkReader::ReadRange(File* f, uint64_t offset, size_t n) {
+  stored_.resize(n);
+  for (size_t off = 0; off < n; off += kReadBlockBytes) {
+    const std::span<std::byte> block = std::span<std::byte>(stored_).subspan(off, std::min(kReadBlockBytes, n - off));
+    CKPT_ASSIGN_OR_RETURN(size_t got, f->PRead(offset + off, block));
+    if (got != block.size()) return Status::Corruption("short read (file truncated)");
+    if (verify_) hasher_->Update(block);  // now, while the block is in cache
+  }
   return std::span<const std::byte>(stored_);
+}
+
+// The page-aligned span around the chunk, read whole blocks at a time (the
+// Env sends aligned reads into an aligned buffer through O_DIRECT); only the
+// chunk's own bytes are hashed and returned. The last block may pass EOF.
+Result<std::span<const std::byte>> ChunkReader::ReadRangeDirect(File* f, uint64_t offset, size_t n) {
+  constexpr uint64_t a = kDirectIoAlign;
+  const uint64_t lo = offset / a * a, hi = (offset + n + a - 1) / a * a;
+  const size_t head = size_t(offset - lo), span = size_t(hi - lo);
+  if (direct_buf_.capacity() < span) direct_buf_ = AlignedBuffer(span);
+  std::byte* buf = direct_buf_.data();
+  for (size_t off = 0; off < span; off += kDirectReadBlockBytes) {
+    const size_t want = std::min(kDirectReadBlockBytes, span - off);
+    CKPT_ASSIGN_OR_RETURN(size_t got, f->PRead(lo + off, std::span<std::byte>(buf + off, want)));
+    const size_t from = std::max(off, head), to = std::min(off + got, head + n);
+    if (verify_ && to > from) hasher_->Update(std::span<const std::byte>(buf + from, to - from));
+    if (got < want) {
+      if (off + got < head + n) return Status::Corruption("short read (file truncated)");
+      break;
+    }
+  }
+  return std::span<const std::byte>(buf + head, n);
+}
+
+DirectIoStats ChunkReader::direct_io() const {
+  DirectIoStats sum;
+  for (const auto& [index, f] : files_) {
+    const DirectIoStats d = f->direct_io();
+    sum.requested |= d.requested;
+    sum.active |= d.active;
+    if (sum.fallback.empty()) sum.fallback = d.fallback;
+    sum.direct_read_bytes += d.direct_read_bytes;
+    sum.direct_reads += d.direct_reads;
+  }
+  return sum;
 }
 
 Result<std::span<const std::byte>> ChunkReader::ReadDecoded(int file, const DatasetRecord& rec, int64_t chunk,

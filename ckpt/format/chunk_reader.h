@@ -7,8 +7,14 @@
 // that safe), in blocks of kReadBlockBytes, each hashed as soon as it is read
 // (while it is still in the core's cache) rather than after the whole chunk.
 // Prefetch() asks the Env to start reading a chunk in the background, so the
-// disk works on the next chunk while this thread hashes and decodes. Errors are kCorruption / kNotFound naming the file, tensor (or
-// object) and chunk index. Files are opened lazily and kept open.
+// disk works on the next chunk while this thread hashes and decodes.
+// With `direct_io` the files are opened with OpenOptions::direct and a chunk is
+// read around its page-aligned span, in blocks of kDirectReadBlockBytes, into
+// the reader's own aligned buffer: no page-cache copy, and nothing of the file
+// left in the page cache (DESIGN "Direct IO"). A file the filesystem will not
+// read direct is read buffered (direct_io().fallback says why).
+// Errors are kCorruption / kNotFound naming the file, tensor (or object) and
+// chunk index. Files are opened lazily and kept open.
 // Not thread-safe: one reader per thread.
 #pragma once
 
@@ -20,16 +26,18 @@
 
 #include "ckpt/base/chunk_hash.h"
 #include "ckpt/base/env.h"
+#include "ckpt/format/aligned_buffers.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
 
 inline constexpr size_t kReadBlockBytes = size_t(256) << 10;
+inline constexpr size_t kDirectReadBlockBytes = size_t(4) << 20;
 
 class ChunkReader {
  public:
-  ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes);
+  ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes, bool direct_io = false);
   ~ChunkReader();
 
   // Hint that chunk `chunk` of `rec` in `file` is read soon (File::WillNeed),
@@ -47,20 +55,30 @@ class ChunkReader {
   int64_t bytes_read() const { return bytes_read_; }
   int64_t chunks_read() const { return chunks_read_; }
   int files_opened() const { return int(files_.size()); }
+  // Direct reads of the files opened so far, summed (requested/active: any
+  // file; fallback: the first file's reason).
+  DirectIoStats direct_io() const;
   std::string FilePath(int file) const;
   // "file '<path>', <what>, dataset '<d>', chunk <i>": the prefix of chunk errors.
   std::string Where(int file, const DatasetRecord& rec, int64_t chunk, const std::string& what) const;
 
  private:
   Result<File*> Open(int file);
+  // Reads [offset, offset + n) of `f` into stored_ (buffered) or direct_buf_,
+  // hashing as it goes; the span of those n bytes. kCorruption when the file
+  // ends first (the caller names the chunk).
+  Result<std::span<const std::byte>> ReadRange(File* f, uint64_t offset, size_t n);
+  Result<std::span<const std::byte>> ReadRangeDirect(File* f, uint64_t offset, size_t n);
 
   Env* env_;
   std::string dir_;
   const Manifest* manifest_;
   bool verify_;
+  bool direct_;
   std::unique_ptr<ChunkHasher> hasher_;  // of manifest->chunk_hash, when verifying
   std::map<int, std::unique_ptr<File>> files_;
   std::vector<std::byte> stored_, decoded_;
+  AlignedBuffer direct_buf_;  // direct reads land here (page-aligned)
   int64_t bytes_read_ = 0, chunks_read_ = 0;
 };
 

@@ -136,6 +136,13 @@ struct LoadOptions {
   // (virtio disk, host cache) explicit WILLNEED of 8-32 MiB made loads from
   // evicted files up to 3x slower (ckpt_io_bench load; DESIGN "Load path").
   int64_t prefetch_bytes = 0;
+  // Read chunks with O_DIRECT (ChunkReader direct_io): the files' bytes go
+  // from the disk into each worker's aligned buffer, not through the page
+  // cache (nothing of a large checkpoint is left there, and no cache pages are
+  // allocated and copied). Faster from a disk or a host cache, slower when the
+  // files are in the page cache already (a load right after a buffered save).
+  // Default: CKPT_DIRECT_IO=1 (env.h), else off (DESIGN "Direct IO").
+  bool direct_io = DirectIoFromEnvironment();
   // Read sharing (load_share.h): ranks of this communicator (e.g. the DP
   // group, or the whole job) that need the same stored chunk read it once;
   // the reader checks its hash and sends the stored bytes to the others.
@@ -156,6 +163,8 @@ struct LoadStats {
   int64_t bytes_sent = 0;      // read sharing: stored bytes this rank read for others
   int64_t chunks_received = 0;
   int share_rounds = 0;
+  int64_t direct_read_bytes = 0;  // of bytes_read, read with O_DIRECT (LoadOptions::direct_io)
+  std::string direct_io_fallback;  // why a direct load read through the page cache ("" if it did not)
   double seconds = 0;
   // Iterations passed over, each with why: with fallback, those rejected;
   // with iteration -1 (latest), also every committed-looking iteration newer

@@ -91,7 +91,8 @@ Status LoadTensors(ShardedStateDict& state, const Manifest& m, const ChunkPlan& 
   std::vector<Status> results(workers);
   std::vector<int64_t> elements(workers, 0);
   std::atomic<bool> stop{false};
-  for (size_t w = 0; w < workers; ++w) readers.push_back(std::make_unique<ChunkReader>(env, dir, &m, opts.verify_hashes));
+  for (size_t w = 0; w < workers; ++w)
+    readers.push_back(std::make_unique<ChunkReader>(env, dir, &m, opts.verify_hashes, opts.direct_io));
   load_internal::RunWorkers(workers, [&](size_t w) {
     const size_t begin = cp.order.size() * w / workers, end = cp.order.size() * (w + 1) / workers;
     results[w] = ScatterChunks(state, m, cp, begin, end, opts.prefetch_bytes, *readers[w], stop, &elements[w]);
@@ -102,6 +103,7 @@ Status LoadTensors(ShardedStateDict& state, const Manifest& m, const ChunkPlan& 
     stats->elements += elements[w];
     stats->bytes_read += readers[w]->bytes_read();
     stats->chunks_read += readers[w]->chunks_read();
+    load_internal::AddDirectIo(*readers[w], stats);
   }
   return Status::Ok();
 }
@@ -147,10 +149,11 @@ Result<LoadStats> LoadFromManifest(ShardedStateDict& state, const LoadOptions& o
   for (const auto& key : cp->order) files.insert(m->shards[key.first].file);
   stats.files_touched = int(files.size());
   stats.iteration = m->iteration;
-  ChunkReader reader(env, dir, &*m, opts.verify_hashes);
+  ChunkReader reader(env, dir, &*m, opts.verify_hashes, opts.direct_io);
   CKPT_RETURN_IF_ERROR(LoadObjects(state, *m, reader));
   stats.bytes_read += reader.bytes_read();
   stats.chunks_read += reader.chunks_read();
+  load_internal::AddDirectIo(reader, &stats);
   return stats;
 }
 
@@ -367,6 +370,12 @@ Result<std::span<const std::byte>> DecodeStored(const DatasetRecord& rec, int64_
   Status st = DecodeChunk(stored, elem_size, rec.compression, rec.shuffle, *buf);
   if (!st.ok()) return st.WithContext(where + ", chunk " + std::to_string(chunk));
   return std::span<const std::byte>(*buf);
+}
+
+void AddDirectIo(const ChunkReader& reader, LoadStats* stats) {
+  const DirectIoStats d = reader.direct_io();
+  stats->direct_read_bytes += int64_t(d.direct_read_bytes);
+  if (stats->direct_io_fallback.empty() && d.requested && !d.active) stats->direct_io_fallback = d.fallback;
 }
 
 void RunWorkers(size_t n, const std::function<void(size_t)>& fn) {

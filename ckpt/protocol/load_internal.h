@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/format/chunk_reader.h"
 #include "ckpt/format/manifest.h"
 #include "reshard/read_plan.h"
 
@@ -71,5 +72,8 @@ Status AgreeUnexpected(const LoadOptions& opts, LoadStats* stats);
 
 // Runs fn(0..n-1), fn(0) on the calling thread, the rest on their own; joins all.
 void RunWorkers(size_t n, const std::function<void(size_t)>& fn);
+
+// Adds what `reader` read with O_DIRECT (and why it could not) to `stats`.
+void AddDirectIo(const ChunkReader& reader, LoadStats* stats);
 
 }  // namespace ckpt::load_internal

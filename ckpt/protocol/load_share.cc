@@ -187,7 +187,8 @@ class SharedLoad {
              const std::string& dir, const LoadOptions& opts, Env* env, LoadStats* stats)
       : state_(state), m_(m), cp_(cp), ids_(ids), a_(std::move(a)), opts_(opts), stats_(stats) {
     workers_ = size_t(std::max(opts.threads, 1));
-    for (size_t w = 0; w < workers_; ++w) readers_.push_back(std::make_unique<ChunkReader>(env, dir, &m, opts.verify_hashes));
+    for (size_t w = 0; w < workers_; ++w)
+      readers_.push_back(std::make_unique<ChunkReader>(env, dir, &m, opts.verify_hashes, opts.direct_io));
   }
 
   Status Run() {
@@ -205,6 +206,7 @@ class SharedLoad {
     for (const auto& r : readers_) {
       stats_->bytes_read += r->bytes_read();
       stats_->chunks_read += r->chunks_read();
+      load_internal::AddDirectIo(*r, stats_);
     }
     CKPT_RETURN_IF_ERROR(mine_);
     CKPT_RETURN_IF_ERROR(group_);

@@ -63,7 +63,7 @@ def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=
 
 
 def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_unexpected", timeout=60.0,
-         verify_hashes=True, fallback=False, stats=None):
+         verify_hashes=True, fallback=False, stats=None, direct_io=None):
     """Loads checkpoint `iteration` (None: the latest) into every ShardedTensor in
     place, under any layout (reshard on load), and returns the state dict with each
     ShardedTensor replaced by its tensor and each ShardedObject by its loaded
@@ -72,13 +72,17 @@ def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_
     "return_unexpected" -> (state, unexpected), "return_all" -> (state, missing,
     unexpected), "log_*", "ignore_all") or ckpt's "none|unexpected|missing|all"
     (raise on ...). Missing keys that do not raise are skipped (left as they are).
-    stats: a dict to fill with the load's stats."""
+    stats: a dict to fill with the load's stats. direct_io: read the shard files
+    with O_DIRECT, bypassing the page cache (faster for files not cached, e.g. a
+    restarted job; slower right after a buffered save; None: CKPT_DIRECT_IO=1
+    turns it on; stats["direct_read_bytes"] says how much went direct)."""
     if strict not in _STRICT:
         raise ValueError(f"ckpt: strict={strict!r} is not one of {sorted(_STRICT)}")
     mode, warn, ret = _STRICT[strict]
     entries, objs, bufs, objects = _entries(sharded_state_dict, for_load=True)
     st, blobs = _ckpt.load(entries, objs, str(root), -1 if iteration is None else int(iteration),
-                           handle_of(comm), mode, float(timeout), bool(verify_hashes), bool(fallback))
+                           handle_of(comm), mode, float(timeout), bool(verify_hashes), bool(fallback),
+                           -1 if direct_io is None else int(bool(direct_io)))
     for b in bufs:
         b.finish_load()
     if stats is not None:

@@ -57,9 +57,10 @@ pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::st
 
 pyb::tuple Load(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                 const std::shared_ptr<CommHandle>& comm, const std::string& strict, double timeout_s,
-                bool verify_hashes, bool fallback) {
+                bool verify_hashes, bool fallback, int direct_io) {
   ShardedStateDict sd = StateOf(tensors, objects);
   LoadOptions o;
+  if (direct_io >= 0) o.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides
   o.root = root;
   o.iteration = iteration;
   o.comm = CommOf(comm);

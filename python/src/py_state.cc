@@ -105,6 +105,8 @@ pyb::dict ToDict(const LoadStats& s) {
   d["elements"] = s.elements;
   d["zero_filled"] = s.zero_filled;
   d["files_touched"] = s.files_touched;
+  d["direct_read_bytes"] = s.direct_read_bytes;
+  d["direct_io_fallback"] = s.direct_io_fallback;
   d["seconds"] = s.seconds;
   d["skipped"] = s.skipped;
   d["missing_keys"] = s.missing_keys;

@@ -176,6 +176,19 @@ def test_xxh3_chunk_hash_is_recorded_loaded_and_verified(root):
         ckpt.save(sd, root, 3, chunk_hash="md5")
 
 
+def test_direct_io_load_reads_past_the_page_cache_or_says_why_not(root):
+    src = pattern((300, 40), torch.float32)
+    ckpt.save({"w": ckpt.ShardedTensor.from_rank_offsets("w", src)}, root, 1, chunk_bytes=8192)
+    for direct in (True, False):
+        back, st = torch.zeros_like(src), {}
+        ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", back)}, root, stats=st, direct_io=direct)
+        assert torch.equal(back, src)
+        if direct:  # a filesystem without O_DIRECT (tmpfs before Linux 6.6) reads buffered and says so
+            assert st["direct_read_bytes"] >= st["bytes_read"] or "O_DIRECT" in st["direct_io_fallback"], st
+        else:
+            assert st["direct_read_bytes"] == 0 and st["direct_io_fallback"] == "", st
+
+
 def test_async_save_failure_is_raised_and_nothing_published(root):
     sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.ones(4))}
     ckpt.save(sd, root, 5)
