@@ -24,6 +24,12 @@ int ShardWrite(int64_t mib, int threads, const std::string& compression, const s
 // contiguous memcpy of the same bytes taken in alternation with the saves,
 // first save vs a first-touch memcpy, a Reserve'd first save (async_bench.cc).
 // Rank 0 prints the worst rank's JSON line.
+// `writers` threads each write `bytes_each` bytes to <dir>/dio_<w> with 4 MiB
+// O_DIRECT pwrites from one buffer (on huge pages with `huge`) and fdatasync,
+// then read them back with O_DIRECT: the direct-IO limit (bench_direct.cc).
+// Prints {"op": "dio write"|"dio read", bytes, seconds, ...}.
+int DirectIoLimit(const std::string& dir, int writers, int64_t bytes_each, bool huge);
+
 int AsyncBlocking(const std::string& model, const std::string& layout, const std::string& root, int rounds);
 
 }  // namespace ckpt::bench

@@ -36,6 +36,8 @@ def other_rows(n: int) -> dict:
         "reshard": f"ckpt load+reshard TP{n}->TP1, page cache, 1 rank",
         "reshard_cold": f"ckpt load+reshard TP{n}->TP1 XXH3-128 O_DIRECT, cold, 1 rank",
         "dd_read_1": f"dd read, page cache, 1 reader ({n} files in sequence)",
+        "dio_write": f"O_DIRECT write+fdatasync from huge-page buffers, {n} writers (state bytes)",
+        "dio_read": f"O_DIRECT read into huge-page buffers, cold, {n} readers (state bytes)",
         "memcpy": "memcpy contiguous, 1 process (state bytes)",
         "sha256": "SHA-256, 1 core, 4 MiB chunks",
         "async": f"async save, {n} ranks",

@@ -75,6 +75,10 @@ def limits_table(by, n):
         print(f"| {op} | {spread(mbps(by, op))} | {what[cache]} |")
     o = names.other_rows(n)
     print(f"| {o['dd_read_1']} | {spread(mbps(by, o['dd_read_1']))} | the read limit of a 1-rank reshard |")
+    print(f"| {o['dio_write']} | {spread(mbps(by, o['dio_write']))} | 4 MiB O_DIRECT pwrites from one huge-page "
+          f"buffer a writer + fdatasync: no hash, no copy (dd's 4 KiB-page buffer costs a pin per page here) |")
+    print(f"| {o['dio_read']} | {spread(mbps(by, o['dio_read']))} | the same files read back with O_DIRECT: the "
+          f"read limit of a cold direct load |")
     print(f"| {o['memcpy']} | {spread(mbps(by, o['memcpy']))} | one memcpy of the whole state's byte count |")
     print(f"| {o['sha256']} | {spread(mbps(by, o['sha256']))} | per core; ckpt hashes every chunk on save and load |")
 
@@ -110,6 +114,10 @@ def save_table(by, n):
         di = ratios(by, s["ckpt_raw_direct"], s["ckpt_raw"])
         if di:
             print(f"| O_DIRECT (CKPT_DIRECT_IO=1) on / off (default), {k} rank(s) | | | {spread(di, '{:.2f}')}x | | | |")
+        lim = ratios(by, s["ckpt_raw_direct"], names.other_rows(n)["dio_write"]) if k == n else []
+        if lim:
+            print(f"| ckpt save raw O_DIRECT / O_DIRECT huge-page writer (no hash), {k} ranks | | | "
+                  f"{spread(lim, '{:.2f}')}x | | | |")
 
 
 def load_table(by, n):
@@ -137,6 +145,10 @@ def load_table(by, n):
           f"{ratio_cells(by, z, [(r['torch_load'], None, True)])} |")
     print(f"| {o['reshard']} | {spread(mbps(by, o['reshard']))} | "
           f"{ratio_cells(by, o['reshard'], [(o['dd_read_1'], 0.85, True)])} (1 reader) | | |")
+    for key in ("ckpt_load_direct", "ckpt_load_xxh3_direct"):
+        v = ratios(by, c[key], o["dio_read"])
+        if v:
+            print(f"| {c[key]} / O_DIRECT huge-page reader (no hash) | | {spread(v, '{:.2f}')}x | | |")
     print(f"| {o['reshard_cold']} | {spread(mbps(by, o['reshard_cold']))} | "
           f"{ratio_cells(by, o['reshard_cold'], [(c['dd_read'], 0.85, True), (c['dd_read_direct'], 0.85, True)])} "
           f"(both {n} files, {n} readers) | |")

@@ -152,6 +152,9 @@ def limit_rows(rnd: int, state_bytes: int) -> None:
         emit({**row, "op": o["memcpy"], "round": rnd, "group": "limit"})
     for row in ops.bench_rows(P, "sha256", 256):
         emit({**row, "op": o["sha256"], "round": rnd, "group": "limit"})
+    os.makedirs(d("dio"), exist_ok=True)
+    for row in ops.bench_rows(P, "dio", d("dio"), N, state_bytes // N, 1):
+        emit({**row, "op": o["dio_write" if row["op"] == "dio write" else "dio_read"], "round": rnd, "group": "limit"})
     for row in ops.bench_rows(P, "async", model(LAYERS), f"tp={N}", d("async"), mpi_ranks=N):
         emit({**row, "op": o["async"], "round": rnd, "group": "async"})
     shutil.rmtree(d("async"), ignore_errors=True)
