@@ -38,18 +38,19 @@ struct Buffer {
 };
 
 // Writes (O_DIRECT pwrites of 4 MiB, then fdatasync) or reads back (O_DIRECT
-// preads) `bytes` of `path`; false with errno on failure.
-bool Run(const std::string& path, uint64_t bytes, bool write, Buffer& b) {
+// preads) `bytes` of `path`; 0, or the errno of the first failure.
+int Run(const std::string& path, uint64_t bytes, bool write, Buffer& b) {
   const int fd = ::open(path.c_str(), write ? (O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT) : (O_RDONLY | O_DIRECT), 0644);
-  if (fd < 0) return false;
+  if (fd < 0) return errno ? errno : EIO;
   bool ok = true;
   for (uint64_t off = 0; ok && off < bytes; off += kBlock) {
     const size_t n = size_t(std::min<uint64_t>(kBlock, (bytes - off + 4095) / 4096 * 4096));
     ok = write ? ::pwrite(fd, b.p, n, off_t(off)) == ssize_t(n) : ::pread(fd, b.p, n, off_t(off)) > 0;
   }
   if (ok && write) ok = ::fdatasync(fd) == 0;
+  const int err = ok ? 0 : (errno ? errno : EIO);
   ::close(fd);
-  return ok;
+  return err;
 }
 
 }  // namespace
@@ -58,23 +59,23 @@ int DirectIoLimit(const std::string& dir, int writers, int64_t bytes_each, bool 
   std::vector<Buffer*> bufs;
   for (int w = 0; w < writers; ++w) bufs.push_back(new Buffer(huge));
   double secs[2] = {0, 0};
-  bool ok = true;
-  for (int phase = 0; phase < 2; ++phase) {  // write, then read the files back (not in the page cache)
+  int err = 0;
+  for (int phase = 0; phase < 2 && err == 0; ++phase) {  // write, then read the files back (not in the page cache)
     std::vector<std::thread> ts;
-    std::vector<char> good(size_t(writers), 1);
+    std::vector<int> errs(size_t(writers), 0);
     const auto t0 = Clock::now();
     for (int w = 0; w < writers; ++w)
-      ts.emplace_back([&, w] { good[size_t(w)] = Run(dir + "/dio_" + std::to_string(w), uint64_t(bytes_each), phase == 0, *bufs[size_t(w)]); });
+      ts.emplace_back([&, w] { errs[size_t(w)] = Run(dir + "/dio_" + std::to_string(w), uint64_t(bytes_each), phase == 0, *bufs[size_t(w)]); });
     for (auto& t : ts) t.join();
     secs[phase] = std::chrono::duration<double>(Clock::now() - t0).count();
-    for (char g : good) ok = ok && g;
+    for (int e : errs) err = err ? err : e;
   }
   for (int w = 0; w < writers; ++w) {
     ::unlink((dir + "/dio_" + std::to_string(w)).c_str());
     delete bufs[size_t(w)];
   }
-  if (!ok) {
-    std::fprintf(stderr, "ckpt_bench dio: O_DIRECT IO failed in %s: %s\n", dir.c_str(), std::strerror(errno));
+  if (err != 0) {
+    std::fprintf(stderr, "ckpt_bench dio: O_DIRECT IO failed in %s: %s\n", dir.c_str(), std::strerror(err));
     return 2;
   }
   const double total = double(bytes_each) * writers;
