@@ -11,7 +11,7 @@
 // With `direct_io` the files are opened with OpenOptions::direct and a chunk is
 // read around its page-aligned span, in blocks of kDirectReadBlockBytes, into
 // the reader's own aligned buffer: no page-cache copy, and nothing of the file
-// left in the page cache (DESIGN "Direct IO"). A file the filesystem will not
+// left in the page cache (DESIGN "Direct reads"). A file the filesystem will not
 // read direct is read buffered (direct_io().fallback says why).
 // Errors are kCorruption / kNotFound naming the file, tensor (or object) and
 // chunk index. Files are opened lazily and kept open.

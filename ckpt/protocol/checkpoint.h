@@ -141,7 +141,7 @@ struct LoadOptions {
   // cache (nothing of a large checkpoint is left there, and no cache pages are
   // allocated and copied). Faster from a disk or a host cache, slower when the
   // files are in the page cache already (a load right after a buffered save).
-  // Default: CKPT_DIRECT_IO=1 (env.h), else off (DESIGN "Direct IO").
+  // Default: CKPT_DIRECT_IO=1 (env.h), else off (DESIGN "Direct reads").
   bool direct_io = DirectIoFromEnvironment();
   // Read sharing (load_share.h): ranks of this communicator (e.g. the DP
   // group, or the whole job) that need the same stored chunk read it once;

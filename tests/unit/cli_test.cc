@@ -129,6 +129,24 @@ TEST(CliTest, AsyncTrainReservesTheArenaBeforeTheFirstSave) {
   for (const auto& save : j["saves"]) EXPECT_EQ(save["allocate_seconds"].get<double>(), 0.0) << save.dump();
 }
 
+// `ckpt load --direct-io --threads N`: every element checked, every stored
+// byte read with O_DIRECT (the JSON says how many), a worker count of 0 refused.
+TEST(CliTest, DirectIoLoadChecksEveryElementAndReportsDirectBytes) {
+  const std::string root = testing::ScratchDir("cli_direct_load");
+  CmdResult r = Ckpt("save --root " + root + " --iter 1 --model tiny --layout tp=1 --direct-io --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = Ckpt("load --root " + root + " --layout tp=1 --direct-io --threads 3 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.rfind("\n{") + 1));
+  EXPECT_EQ(j["mismatches"], 0) << r.out;
+  EXPECT_GT(j["elements_checked"].get<int64_t>(), 0) << r.out;
+  ASSERT_TRUE(j.contains("direct_io")) << r.out;
+  EXPECT_EQ(j["direct_io"]["fallback"], "") << r.out;
+  EXPECT_GE(j["direct_io"]["direct_bytes"].get<int64_t>(), j["bytes"].get<int64_t>()) << r.out;
+  r = Ckpt("load --root " + root + " --layout tp=1 --threads 0");
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
 // Bad input exits 2 in every command, and the message names the command.
 TEST(CliTest, BadInputExitsTwoNamingTheCommand) {
   for (const std::string args : {"verify /nonexistent/ckpt", "inspect /nonexistent/ckpt", "fingerprint /nonexistent/ckpt",
