@@ -109,12 +109,14 @@ CAVEATS = """
 - dd (write): copies ckpt's finished files: no SHA-256, no HDF5 layout, no manifest, no
   directory fsyncs or renames (ckpt's commit protocol); it reads its source from the page
   cache. It is the limit for the same bytes, writers and data durability, not the same work.
-- dd O_DIRECT: bypasses the page cache, which ckpt's files go through (ckpt must leave them
-  readable and keeps the Env's buffered writes; see DESIGN "Early writeback").
+- dd O_DIRECT: bypasses the page cache, as ckpt's O_DIRECT rows (--direct-io) do; the default
+  ckpt rows go through it. dd's buffer has 4 KiB pages and a direct IO pins every page (costly
+  on this VM), so the huge-page direct-IO rows (ckpt_bench dio: no hash, no copy) are the
+  machine's direct limit (DESIGN "Huge-page chunk buffers").
 - torch.save+fsync: one pickle/zip per rank, no per-chunk hashes, no commit protocol, no
   resharding metadata; fsync of the file only (no directory fsync).
-- torch.load: verifies nothing (ckpt checks every chunk's SHA-256) and cannot reshard; it
-  returns CPU tensors of the saved layout.
+- torch.load: verifies nothing (ckpt checks every chunk's hash: SHA-256, or XXH3-128 in
+  those rows) and cannot reshard; it returns CPU tensors of the saved layout.
 - h5py+fsync: contiguous datasets, no hashes, no manifest, no commit; fsync of the file only.
 - async memcpy baseline: one contiguous copy of the rank's state bytes into a buffer of the
   snapshot's kind of memory, taken in alternation with the saves (on this VM a copy into
