@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 #include <thread>
@@ -56,8 +57,8 @@ int Run(const std::string& path, uint64_t bytes, bool write, Buffer& b) {
 }  // namespace
 
 int DirectIoLimit(const std::string& dir, int writers, int64_t bytes_each, bool huge) {
-  std::vector<Buffer*> bufs;
-  for (int w = 0; w < writers; ++w) bufs.push_back(new Buffer(huge));
+  std::vector<std::unique_ptr<Buffer>> bufs;
+  for (int w = 0; w < writers; ++w) bufs.push_back(std::make_unique<Buffer>(huge));
   double secs[2] = {0, 0};
   int err = 0;
   for (int phase = 0; phase < 2 && err == 0; ++phase) {  // write, then read the files back (not in the page cache)
@@ -70,10 +71,7 @@ int DirectIoLimit(const std::string& dir, int writers, int64_t bytes_each, bool 
     secs[phase] = std::chrono::duration<double>(Clock::now() - t0).count();
     for (int e : errs) err = err ? err : e;
   }
-  for (int w = 0; w < writers; ++w) {
-    ::unlink((dir + "/dio_" + std::to_string(w)).c_str());
-    delete bufs[size_t(w)];
-  }
+  for (int w = 0; w < writers; ++w) ::unlink((dir + "/dio_" + std::to_string(w)).c_str());
   if (err != 0) {
     std::fprintf(stderr, "ckpt_bench dio: O_DIRECT IO failed in %s: %s\n", dir.c_str(), std::strerror(err));
     return 2;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <utility>
 
 #include "ckpt/base/dir_lock.h"
 #include "ckpt/base/env.h"
@@ -132,6 +133,26 @@ class PosixFile final : public File {
     return Status::Ok();
   }
 
+  // The kDirectIoAlign-aligned middle [lo, hi) of the n bytes at `offset`
+  // whose buffer starts at `buf`; empty (lo == hi) when there is none or the
+  // buffer is not aligned there, so the whole IO goes through the page cache.
+  static std::pair<uint64_t, uint64_t> AlignedMiddle(uint64_t offset, size_t n, const void* buf) {
+    constexpr uint64_t a = kDirectIoAlign;
+    const uint64_t end = offset + n;
+    const uint64_t lo = std::min(end, (offset + a - 1) / a * a), hi = std::max(lo, end / a * a);
+    if (hi == lo || (reinterpret_cast<uintptr_t>(buf) + (lo - offset)) % a != 0) return {lo, lo};
+    return {lo, hi};
+  }
+
+  // The filesystem took O_DIRECT at open but refused the first IO (`err`):
+  // this file goes through the page cache from now on, and says why.
+  void StopDirect(const char* op, int err, const char* then) {
+    direct_.fallback = op + std::string(strerror(err)) + then;
+    direct_.active = false;
+    ::close(dfd_);
+    dfd_ = -1;
+  }
+
   Result<size_t> ReadAll(int fd, uint64_t offset, std::span<std::byte> dst, const char* op) {
     size_t done = 0;
     while (done < dst.size()) {
@@ -150,11 +171,8 @@ class PosixFile final : public File {
   // O_DIRECT, head and tail (or all of a misaligned read) through the page
   // cache; short only at EOF.
   Result<size_t> PReadDirect(uint64_t offset, std::span<std::byte> dst) {
-    constexpr uint64_t a = kDirectIoAlign;
-    const uint64_t end = offset + dst.size();
-    const uint64_t lo = std::min(end, (offset + a - 1) / a * a), hi = std::max(lo, end / a * a);
-    if (hi == lo || (reinterpret_cast<uintptr_t>(dst.data()) + (lo - offset)) % a != 0)
-      return ReadAll(fd_, offset, dst, "pread");
+    const auto [lo, hi] = AlignedMiddle(offset, dst.size(), dst.data());
+    if (hi == lo) return ReadAll(fd_, offset, dst, "pread");
     CKPT_ASSIGN_OR_RETURN(size_t head, ReadAll(fd_, offset, dst.first(lo - offset), "pread"));
     if (head < lo - offset) return head;
     CKPT_ASSIGN_OR_RETURN(size_t mid, DirectRead(lo, dst.subspan(lo - offset, hi - lo)));
@@ -174,10 +192,7 @@ class PosixFile final : public File {
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno != EINVAL || direct_.direct_reads > 0) return ErrnoStatus("pread(O_DIRECT)", path_, errno);
-        direct_.fallback = "pread(O_DIRECT): " + std::string(strerror(errno)) + "; reading through the page cache";
-        direct_.active = false;
-        ::close(dfd_);
-        dfd_ = -1;
+        StopDirect("pread(O_DIRECT): ", errno, "; reading through the page cache");
         CKPT_ASSIGN_OR_RETURN(size_t rest, ReadAll(fd_, offset + done, dst.subspan(done), "pread"));
         return done + rest;
       }
@@ -203,11 +218,8 @@ class PosixFile final : public File {
   // a misaligned buffer go through the page cache. No early writeback here:
   // the direct bytes are written back already.
   Status PWriteDirect(uint64_t offset, std::span<const std::byte> src) {
-    constexpr uint64_t a = kDirectIoAlign;
-    const uint64_t end = offset + src.size();
-    const uint64_t lo = std::min(end, (offset + a - 1) / a * a), hi = std::max(lo, end / a * a);
-    if (hi == lo || (reinterpret_cast<uintptr_t>(src.data()) + (lo - offset)) % a != 0)
-      return Buffered(offset, src);
+    const auto [lo, hi] = AlignedMiddle(offset, src.size(), src.data());
+    if (hi == lo) return Buffered(offset, src);
     CKPT_RETURN_IF_ERROR(Buffered(offset, src.first(lo - offset)));
     CKPT_RETURN_IF_ERROR(Direct(lo, src.subspan(lo - offset, hi - lo)));
     return Buffered(hi, src.subspan(hi - offset));
@@ -222,10 +234,7 @@ class PosixFile final : public File {
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno != EINVAL || direct_.direct_writes > 0) return ErrnoStatus("pwrite(O_DIRECT)", path_, errno);
-        direct_.fallback = "pwrite(O_DIRECT): " + std::string(strerror(errno)) + "; writing through the page cache";
-        direct_.active = false;
-        ::close(dfd_);
-        dfd_ = -1;
+        StopDirect("pwrite(O_DIRECT): ", errno, "; writing through the page cache");
         return Buffered(offset + done, src.subspan(done));
       }
       ++direct_.direct_writes;
