@@ -104,7 +104,7 @@ def dd_write(srcs, out_dir: str, direct: bool) -> dict:
 
 def dd_read(files, readers: int, direct: bool = False) -> dict:
     """Reads files to /dev/null: one dd per file at once (readers > 1) or all in sequence by one dd;
-    iflag=direct with direct (O_DIRECT: no page cache, as `ckpt load --direct-io`)."""
+    iflag=direct with direct (O_DIRECT: no page cache, as ckpt's default load of an uncached file)."""
     n = sum(os.path.getsize(f) for f in files)
     flags = ["iflag=direct"] if direct else []
     if readers > 1:

@@ -100,7 +100,7 @@ def save_table(by, n):
         s = names.save_rows(k)
         pairs = [(s["dd_direct"], 0.9, True), (s["dd_buf"], None, True), (s["torch_save"], 1.2, True),
                  (s["h5py_save"], None, True)]
-        for key in ("ckpt_raw", "ckpt_raw_wb", "ckpt_raw_direct", "ckpt_zstd", "torch_save", "h5py_save"):
+        for key in ("ckpt_raw", "ckpt_raw_buffered", "ckpt_raw_wb", "ckpt_zstd", "torch_save", "h5py_save"):
             op = s[key]
             if op not in by:
                 continue
@@ -108,15 +108,15 @@ def save_table(by, n):
             prs = pairs if key.startswith("ckpt") else pairs[:2]
             cells = ratio_cells(by, op, prs) + (" | | " if len(prs) == 2 else "")
             print(f"| {op} | {spread(mbps(by, op))} | {spread(stored)} | {cells} |")
-        wb = ratios(by, s["ckpt_raw_wb"], s["ckpt_raw"])
+        wb = ratios(by, s["ckpt_raw_wb"], s["ckpt_raw_buffered"])
         if wb:
-            print(f"| early writeback 64 MiB on / off (default), {k} rank(s) | | | {spread(wb, '{:.2f}')}x | | | |")
-        di = ratios(by, s["ckpt_raw_direct"], s["ckpt_raw"])
+            print(f"| buffered: early writeback 64 MiB on / off, {k} rank(s) | | | {spread(wb, '{:.2f}')}x | | | |")
+        di = ratios(by, s["ckpt_raw"], s["ckpt_raw_buffered"])
         if di:
-            print(f"| O_DIRECT (CKPT_DIRECT_IO=1) on / off (default), {k} rank(s) | | | {spread(di, '{:.2f}')}x | | | |")
-        lim = ratios(by, s["ckpt_raw_direct"], names.other_rows(n)["dio_write"]) if k == n else []
+            print(f"| O_DIRECT (default) / buffered (--buffered-io), {k} rank(s) | | | {spread(di, '{:.2f}')}x | | | |")
+        lim = ratios(by, s["ckpt_raw"], names.other_rows(n)["dio_write"]) if k == n else []
         if lim:
-            print(f"| ckpt save raw O_DIRECT / O_DIRECT huge-page writer (no hash), {k} ranks | | | "
+            print(f"| ckpt save raw (O_DIRECT) / O_DIRECT huge-page writer (no hash), {k} ranks | | | "
                   f"{spread(lim, '{:.2f}')}x | | | |")
 
 
@@ -129,7 +129,7 @@ def load_table(by, n):
         r = names.load_rows(n, cache)
         if r["ckpt_load"] not in by:  # host-cached: --full only
             continue
-        for key in ("ckpt_load", "ckpt_load_xxh3", "ckpt_load_direct", "ckpt_load_xxh3_direct"):
+        for key in ("ckpt_load", "ckpt_load_xxh3", "ckpt_load_buffered", "ckpt_load_xxh3_buffered"):
             if r[key] in by:
                 print(f"| {r[key]} | {spread(mbps(by, r[key]))} | "
                       f"{ratio_cells(by, r[key], [(r['dd_read'], 0.9, True), (r['dd_read_direct'], 0.9, True), (r['torch_load'], 1.0, True)])} |")
@@ -145,7 +145,7 @@ def load_table(by, n):
           f"{ratio_cells(by, z, [(r['torch_load'], None, True)])} |")
     print(f"| {o['reshard']} | {spread(mbps(by, o['reshard']))} | "
           f"{ratio_cells(by, o['reshard'], [(o['dd_read_1'], 0.85, True)])} (1 reader) | | |")
-    for key in ("ckpt_load_direct", "ckpt_load_xxh3_direct"):
+    for key in ("ckpt_load", "ckpt_load_xxh3"):  # cold: auto reads direct
         v = ratios(by, c[key], o["dio_read"])
         if v:
             print(f"| {c[key]} / O_DIRECT huge-page reader (no hash) | | {spread(v, '{:.2f}')}x | | |")

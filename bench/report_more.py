@@ -109,8 +109,8 @@ CAVEATS = """
 - dd (write): copies ckpt's finished files: no SHA-256, no HDF5 layout, no manifest, no
   directory fsyncs or renames (ckpt's commit protocol); it reads its source from the page
   cache. It is the limit for the same bytes, writers and data durability, not the same work.
-- dd O_DIRECT: bypasses the page cache, as ckpt's O_DIRECT rows (--direct-io) do; the default
-  ckpt rows go through it. dd's buffer has 4 KiB pages and a direct IO pins every page (costly
+- dd O_DIRECT: bypasses the page cache, as ckpt's default saves do (and its default loads of
+  files not in the page cache: "auto"); the --buffered-io rows go through it. dd's buffer has 4 KiB pages and a direct IO pins every page (costly
   on this VM), so the huge-page direct-IO rows (ckpt_bench dio: no hash, no copy) are the
   machine's direct limit (DESIGN "Huge-page chunk buffers").
 - torch.save+fsync: one pickle/zip per rank, no per-chunk hashes, no commit protocol, no

@@ -99,10 +99,10 @@ def write_ops(refs: dict) -> list:
         out += [(s["dd_buf"], lambda src=src: ops.dd_write(src, d("w", "dd"), False)),
                 (s["dd_direct"], lambda src=src: ops.dd_write(src, d("w", "dd"), True)),
                 (s["ckpt_raw"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS))),
-                (s["ckpt_raw_wb"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS),
-                                                              env={"CKPT_WRITEBACK_MIB": "64"})),
-                (s["ckpt_raw_direct"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS),
-                                                                  env={"CKPT_DIRECT_IO": "1"}))]
+                (s["ckpt_raw_buffered"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS),
+                                                                    "--buffered-io")),
+                (s["ckpt_raw_wb"], lambda n=n: ops.ckpt_save(P, d("w", "ckpt"), n, model(LAYERS), "--buffered-io",
+                                                              env={"CKPT_WRITEBACK_MIB": "64"}))]
         if n == N or FULL:
             out += [(s["torch_save"], lambda n=n, ref=ref: ops.peer(P, "torch.save", it(ref), d("w", f"torch{n}"))),
                     (s["h5py_save"], lambda n=n, ref=ref: ops.peer(P, "h5py.save", it(ref), d("w", f"h5py{n}")))]
@@ -131,17 +131,17 @@ def read_ops(refs: dict) -> list:
                 (r["ckpt_load"], lambda c=cache: ops.ckpt_load(P, prepared(c, refs["n"], "ckpt"), N, f"tp={N}")),
                 (r["ckpt_load_xxh3"], lambda c=cache: ops.ckpt_load(P, prepared(c, refs["x"], "ckpt"), N, f"tp={N}")),
                 (r["torch_load"], lambda c=cache: ops.peer(P, "torch.load", prepared(c, torch_dir, "torch")))]
-        if cache != "page cache":  # O_DIRECT bypasses the page cache: a different read there
+        if cache != "page cache":  # there the default (auto) reads buffered: the same read
             out += [(r["dd_read_direct"],
                      lambda c=cache: ops.dd_read(ops.rank_files(prepared(c, it(refs["n"]), "dd")), N, direct=True)),
-                    (r["ckpt_load_direct"],
-                     lambda c=cache: ops.ckpt_load(P, prepared(c, refs["n"], "ckpt"), N, f"tp={N}", "--direct-io")),
-                    (r["ckpt_load_xxh3_direct"],
-                     lambda c=cache: ops.ckpt_load(P, prepared(c, refs["x"], "ckpt"), N, f"tp={N}", "--direct-io"))]
+                    (r["ckpt_load_buffered"],
+                     lambda c=cache: ops.ckpt_load(P, prepared(c, refs["n"], "ckpt"), N, f"tp={N}", "--buffered-io")),
+                    (r["ckpt_load_xxh3_buffered"],
+                     lambda c=cache: ops.ckpt_load(P, prepared(c, refs["x"], "ckpt"), N, f"tp={N}", "--buffered-io"))]
     o = names.other_rows(N)
     out += [(o["ckpt_load_zstd"], lambda: ops.ckpt_load(P, prepared("page cache", refs["z"], ""), N, f"tp={N}")),
             (o["reshard"], lambda: ops.ckpt_load(P, prepared("page cache", refs["n"], ""), 1, "tp=1")),
-            (o["reshard_cold"], lambda: ops.ckpt_load(P, prepared("cold", refs["x"], "ckpt"), 1, "tp=1", "--direct-io")),
+            (o["reshard_cold"], lambda: ops.ckpt_load(P, prepared("cold", refs["x"], "ckpt"), 1, "tp=1")),
             (o["dd_read_1"], lambda: ops.dd_read(ops.rank_files(prepared("page cache", it(refs["n"]), "")), 1))]
     return out
 

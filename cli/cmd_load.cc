@@ -45,7 +45,8 @@ Status Prepare(const JobFlags& f, LoadJob& l, int64_t iteration, int* rc) {
   CKPT_ASSIGN_OR_RETURN(l.share, ShareComm(j, f.share_reads, f.share_transport, l.o.timeout));
   l.o.share_comm = l.share.get();
   l.o.share_round_bytes = f.share_round_mb << 20;
-  if (f.direct_io) l.o.direct_io = true;  // else CKPT_DIRECT_IO decides
+  if (f.direct_io) l.o.direct_io = DirectRead::kOn;  // else CKPT_DIRECT_IO decides (auto when unset)
+  if (f.buffered_io) l.o.direct_io = DirectRead::kOff;
   if (f.load_threads >= 0) l.o.threads = f.load_threads;
   return Status::Ok();
 }
@@ -116,7 +117,8 @@ int Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::Lo
                               {"first_bad", first_bad}, {"files", r.files_touched}, {"rss_before", mem.rss_before},
                               {"peak", mem.peak}, {"extra", mem.extra()}, {"state", mem.state},
                               {"largest_shard", mem.largest_shard}, {"peak_reset", mem.peak_reset},
-                              {"direct_bytes", r.direct_read_bytes}, {"direct_fallback", r.direct_io_fallback}});
+                              {"direct_bytes", r.direct_read_bytes}, {"direct_fallback", r.direct_io_fallback},
+                              {"files_cached", r.files_cached}});
   auto sum = all.ok() ? workload::ReduceLoadReports(*all) : Result<json>(all.status());
   if (!sum.ok()) return Fail("load", j.rank(), sum.status());
   const json& s = *sum;
@@ -138,11 +140,14 @@ int Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::Lo
                   {"largest_local_shard_bytes_max", s["largest_shard"]},
                   {"largest_chunk_bytes", l.saved.ok() ? workload::LargestChunk(*l.saved) : -1},
                   {"peak_reset", s["peak_reset"]}, {"per_rank", s["per_rank"]}}}};
-  if (l.o.direct_io) {  // every rank's reads: bytes that went direct, and why not where they could not
+  {  // every rank's reads: bytes that went direct, files read buffered for being cached, why not direct
     std::string fallback;
     for (const auto& a : *all)
       if (fallback.empty()) fallback = a.value("direct_fallback", std::string());
-    out["direct_io"] = {{"direct_bytes", *workload::SumOf(*all, "direct_bytes")}, {"fallback", fallback}};
+    out["direct_io"] = {{"mode", DirectReadName(l.o.direct_io)},
+                        {"direct_bytes", *workload::SumOf(*all, "direct_bytes")},
+                        {"files_cached", *workload::SumOf(*all, "files_cached")},
+                        {"fallback", fallback}};
   }
   if (f.json)
     Print0(j, "%s\n", out.dump().c_str());
@@ -186,9 +191,12 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
   cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
   cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
   cmd->add_flag("--no-check", f->no_check, "skip the element check");
-  cmd->add_flag("--direct-io", f->direct_io,
-                "read shard files with O_DIRECT, bypassing the page cache (default: CKPT_DIRECT_IO=1 turns it on); "
-                "faster from disk, slower for files still in the page cache");
+  auto* direct = cmd->add_flag("--direct-io", f->direct_io,
+                               "read every shard file with O_DIRECT, bypassing the page cache (CKPT_DIRECT_IO=1); "
+                               "faster from disk, slower for files still in the page cache");
+  cmd->add_flag("--buffered-io", f->buffered_io, "read every shard file through the page cache (CKPT_DIRECT_IO=0); "
+                "default: per file, direct unless at least half of it is in the page cache")
+      ->excludes(direct);
   cmd->add_option("--threads", f->load_threads,
                   "read/verify/decode workers per rank (default: the cores divided by the ranks on this node)")
       ->check(CLI::PositiveNumber);

@@ -29,7 +29,7 @@ SaveOptions Options(const JobFlags& f, const GptJob& j, Compression comp, ChunkH
   o.write.hash = hash;
   o.write.chunk_bytes = f.chunk_kb * 1024;
   if (f.encode_threads >= 0) o.write.encode_threads = f.encode_threads;
-  if (f.direct_io) o.write.direct_io = true;  // else CKPT_DIRECT_IO decides
+  if (f.direct_io || f.buffered_io) o.write.direct_io = f.direct_io;  // else CKPT_DIRECT_IO decides (on unless 0)
   o.balance_replicas = !f.no_balance;
   o.allow_older = f.allow_older;
   o.layout = reshard::LayoutToJson(j.layout);
@@ -59,8 +59,9 @@ int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& 
               {"max_rank_bytes", *mx}, {"min_rank_bytes", *mn}, {"phase_seconds", r.phase_seconds},
               {"optimizer", f.optimizer}, {"per_rank", (*ranks)["per_rank"]}, {"straggler", (*ranks)["straggler"]}};
   if (!r.warning.ok()) out["warning"] = r.warning.ToString();
+  if (!o.write.direct_io) out["direct_io"] = {{"mode", "off"}};
   if (o.write.direct_io)  // every rank's file: which went direct, and how many bytes each way
-    out["direct_io"] = {{"ranks_direct", *workload::SumOf(*all, "direct")},
+    out["direct_io"] = {{"mode", "on"}, {"ranks_direct", *workload::SumOf(*all, "direct")},
                         {"direct_bytes", *workload::SumOf(*all, "direct_bytes")},
                         {"buffered_bytes", *workload::SumOf(*all, "buffered_bytes")},
                         {"fallback", (*all)[0].value("fallback", "")}};
@@ -152,8 +153,12 @@ void RegisterSave(CLI::App& app, int* exit_code) {
   cmd->add_option("--encode-threads", f->encode_threads,
                   "pad/compress/hash workers per rank (0: serial; default: cores per local rank)");
   cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
-  cmd->add_flag("--direct-io", f->direct_io, "write shard files with O_DIRECT, chunks aligned to 4 KiB (default: "
-                                             "CKPT_DIRECT_IO=1; falls back to buffered where the filesystem refuses)");
+  auto* direct = cmd->add_flag("--direct-io", f->direct_io,
+                               "write shard files with O_DIRECT, chunks of >= 64 KiB aligned to 4 KiB (the default "
+                               "unless CKPT_DIRECT_IO=0; buffered where the filesystem refuses O_DIRECT)");
+  cmd->add_flag("--buffered-io", f->buffered_io,
+                "write shard files through the page cache, chunks packed (the default with CKPT_DIRECT_IO=0)")
+      ->excludes(direct);
   cmd->add_option("--faults", f->faults, "fault plan for this save (faults/fault_spec.h), e.g. "
                   "'point=env.pwrite rank=2 action=delay ms=50' for a slow writer");
   cmd->add_flag("--allow-older", f->allow_older,

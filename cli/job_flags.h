@@ -23,7 +23,7 @@ struct JobFlags {
   int load_threads = kAutoThreads;    // ckpt load --threads
   int64_t timeout_ms = 60000;
   bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false, allow_older = false,
-       direct_io = false;
+       direct_io = false, buffered_io = false;  // --direct-io / --buffered-io (exclusive)
 };
 
 // --root, --layout, --timeout-ms, --json, --bucket-elems, and the hidden

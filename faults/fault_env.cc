@@ -60,6 +60,7 @@ class FaultFile final : public File {
     return f_->Close();
   }
   DirectIoStats direct_io() const override { return f_->direct_io(); }
+  double PageCacheShare() override { return f_->PageCacheShare(); }
 
  private:
   FaultEnv* env_;

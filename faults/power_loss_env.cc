@@ -109,6 +109,7 @@ class PowerLossFile final : public File {
     return f_->Close();
   }
   DirectIoStats direct_io() const override { return f_->direct_io(); }
+  double PageCacheShare() override { return f_->PageCacheShare(); }
 
  private:
   PowerLossEnv* env_;

@@ -12,8 +12,8 @@
 //    directory) succeed. A failed Sync is final: callers must not retry it.
 //  - RenameNoReplace never replaces an existing target (kAlreadyExists).
 //  - Env implementations are thread-safe; a File is used by one thread at a time.
-//  - Decorators (EnvWrapper subclasses, File wrappers) forward OpenOptions and
-//    File::direct_io() unchanged, so a direct file still passes every write
+//  - Decorators (EnvWrapper subclasses, File wrappers) forward OpenOptions,
+//    File::direct_io() and File::PageCacheShare() unchanged, so a direct file still passes every write
 //    through them.
 #pragma once
 
@@ -93,6 +93,11 @@ class File {
   }
   // OpenOptions::direct bookkeeping (tests, benchmarks, save reports).
   virtual DirectIoStats direct_io() const { return {}; }
+  // Estimated share (0..1) of the file's bytes now in the page cache, from a
+  // sample of its pages (POSIX: mincore over a read-only mapping, ~0.1 ms);
+  // -1 when unknown (the default; decorators forward it). Reads no data and
+  // never fails: a hint for choosing direct or buffered reads (DirectRead::kAuto).
+  virtual double PageCacheShare() { return -1; }
 };
 
 struct FileInfo {
@@ -131,10 +136,24 @@ struct PosixWriteback {
 // clear win measured, DESIGN "Early writeback"), CKPT_WRITEBACK_BOUND=0; read once.
 PosixWriteback PosixWritebackFromEnvironment();
 
-// CKPT_DIRECT_IO=1: the default of ShardWriteOptions::direct_io and
-// LoadOptions::direct_io (shard files written and read with
-// OpenOptions::direct; off by default: DESIGN "Direct IO"). Read once.
+// How shard files are read (LoadOptions::direct_io, ChunkReader).
+enum class DirectRead {
+  kOff,   // through the page cache
+  kOn,    // OpenOptions::direct (buffered where the filesystem refuses O_DIRECT)
+  kAuto,  // per file: direct when under half of it is in the page cache
+          // (File::PageCacheShare), else buffered: a cold file skips the
+          // page-cache copy, a file still cached (a load right after a
+          // buffered save) is not read from the disk again
+};
+
+// The default of ShardWriteOptions::direct_io (and so of every save): true
+// unless CKPT_DIRECT_IO=0 (DESIGN "Direct IO"). Read once.
 bool DirectIoFromEnvironment();
+// The default of LoadOptions::direct_io: CKPT_DIRECT_IO unset -> kAuto,
+// 0 -> kOff, anything else -> kOn. Read once.
+DirectRead DirectReadFromEnvironment();
+// "off", "on", "auto" (CLI and JSON reports).
+const char* DirectReadName(DirectRead mode);
 
 // The process-wide POSIX Env, PosixWritebackFromEnvironment(). Never deleted.
 Env* DefaultEnv();

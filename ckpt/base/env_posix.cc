@@ -16,6 +16,7 @@
 
 #include "ckpt/base/dir_lock.h"
 #include "ckpt/base/env.h"
+#include "ckpt/base/page_cache.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -60,6 +61,12 @@ class PosixFile final : public File {
   }
 
   DirectIoStats direct_io() const override { return direct_; }
+
+  double PageCacheShare() override {
+    struct stat st;
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0) return -1;
+    return SampledPageCacheShare(fd_, uint64_t(st.st_size));
+  }
 
   // OpenOptions::direct: a second, O_DIRECT descriptor of the same inode (for
   // reading when `read`, else for writing). Any failure (EINVAL: the
@@ -433,12 +440,32 @@ PosixWriteback PosixWritebackFromEnvironment() {
   return wb;
 }
 
-bool DirectIoFromEnvironment() {
-  static const bool on = [] {
-    const char* v = std::getenv("CKPT_DIRECT_IO");
-    return v && *v && std::string(v) != "0";
+namespace {
+// CKPT_DIRECT_IO: -1 unset (or empty), 0 "0", 1 anything else.
+int DirectIoVariable() {
+  static const int v = [] {
+    const char* e = std::getenv("CKPT_DIRECT_IO");
+    if (!e || !*e) return -1;
+    return std::string(e) == "0" ? 0 : 1;
   }();
-  return on;
+  return v;
+}
+}  // namespace
+
+bool DirectIoFromEnvironment() { return DirectIoVariable() != 0; }
+
+DirectRead DirectReadFromEnvironment() {
+  const int v = DirectIoVariable();
+  return v < 0 ? DirectRead::kAuto : v == 0 ? DirectRead::kOff : DirectRead::kOn;
+}
+
+const char* DirectReadName(DirectRead mode) {
+  switch (mode) {
+    case DirectRead::kOff: return "off";
+    case DirectRead::kOn: return "on";
+    case DirectRead::kAuto: return "auto";
+  }
+  return "?";
 }
 
 std::unique_ptr<Env> NewPosixEnv(PosixWriteback wb, bool refuse_direct) {

@@ -7,7 +7,8 @@
 
 namespace ckpt {
 
-ChunkReader::ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes, bool direct_io)
+ChunkReader::ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes,
+                         DirectRead direct_io)
     : env_(env), dir_(std::move(dir)), manifest_(manifest), verify_(verify_hashes), direct_(direct_io) {
   if (verify_) hasher_ = std::make_unique<ChunkHasher>(manifest_->chunk_hash);
 }
@@ -32,7 +33,17 @@ Result<File*> ChunkReader::Open(int file) {
   if (file < 0 || size_t(file) >= manifest_->files.size())
     return Status::Corruption("manifest names file index " + std::to_string(file));
   const std::string path = FilePath(file);
-  auto f = env_->OpenFile(path, OpenMode::kRead, OpenOptions{.direct = direct_});
+  auto f = env_->OpenFile(path, OpenMode::kRead, OpenOptions{.direct = direct_ == DirectRead::kOn});
+  if (f.ok() && direct_ == DirectRead::kAuto) {
+    // Opened buffered first; a file mostly outside the page cache (or of
+    // unknown residency) is opened again, direct.
+    if ((*f)->PageCacheShare() >= kAutoCachedShare) {
+      ++files_cached_;
+    } else {
+      CKPT_RETURN_IF_ERROR((*f)->Close());
+      f = env_->OpenFile(path, OpenMode::kRead, OpenOptions{.direct = true});
+    }
+  }
   if (!f.ok()) {
     if (f.status().code() == Code::kNotFound)
       return Status::NotFound("shard file '" + path + "' (rank " + std::to_string(manifest_->files[file].rank) +
@@ -55,7 +66,7 @@ Result<std::span<const std::byte>> ChunkReader::ReadStored(int file, const Datas
   if (chunk < 0 || size_t(chunk) >= rec.chunks.size()) return Status::Internal(where() + ": chunk index out of range");
   const ChunkRecord& c = rec.chunks[chunk];
   if (verify_) hasher_->Reset();
-  auto bytes = direct_ && f->direct_io().active ? ReadRangeDirect(f, c.file_offset, c.stored_size)
+  auto bytes = f->direct_io().active ? ReadRangeDirect(f, c.file_offset, c.stored_size)
                                                  : ReadRange(f, c.file_offset, c.stored_size);
   if (!bytes.ok()) {
     if (bytes.status().code() == Code::kCorruption) return Status::Corruption(where() + ": " + bytes.status().message());

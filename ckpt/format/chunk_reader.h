@@ -8,11 +8,13 @@
 // (while it is still in the core's cache) rather than after the whole chunk.
 // Prefetch() asks the Env to start reading a chunk in the background, so the
 // disk works on the next chunk while this thread hashes and decodes.
-// With `direct_io` the files are opened with OpenOptions::direct and a chunk is
-// read around its page-aligned span, in blocks of kDirectReadBlockBytes, into
+// With DirectRead::kOn the files are opened with OpenOptions::direct and a chunk
+// is read around its page-aligned span, in blocks of kDirectReadBlockBytes, into
 // the reader's own aligned buffer: no page-cache copy, and nothing of the file
 // left in the page cache (DESIGN "Direct reads"). A file the filesystem will not
-// read direct is read buffered (direct_io().fallback says why).
+// read direct is read buffered (direct_io().fallback says why). kAuto decides
+// per file when it opens it: buffered when at least kAutoCachedShare of it is
+// in the page cache (File::PageCacheShare), else as kOn.
 // Errors are kCorruption / kNotFound naming the file, tensor (or object) and
 // chunk index. Files are opened lazily and kept open.
 // Not thread-safe: one reader per thread.
@@ -34,10 +36,12 @@ namespace ckpt {
 
 inline constexpr size_t kReadBlockBytes = size_t(256) << 10;
 inline constexpr size_t kDirectReadBlockBytes = size_t(4) << 20;
+inline constexpr double kAutoCachedShare = 0.5;
 
 class ChunkReader {
  public:
-  ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes, bool direct_io = false);
+  ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes,
+              DirectRead direct_io = DirectRead::kOff);
   ~ChunkReader();
 
   // Hint that chunk `chunk` of `rec` in `file` is read soon (File::WillNeed),
@@ -55,6 +59,8 @@ class ChunkReader {
   int64_t bytes_read() const { return bytes_read_; }
   int64_t chunks_read() const { return chunks_read_; }
   int files_opened() const { return int(files_.size()); }
+  // kAuto: files opened buffered because they were in the page cache.
+  int files_cached() const { return files_cached_; }
   // Direct reads of the files opened so far, summed (requested/active: any
   // file; fallback: the first file's reason).
   DirectIoStats direct_io() const;
@@ -74,12 +80,13 @@ class ChunkReader {
   std::string dir_;
   const Manifest* manifest_;
   bool verify_;
-  bool direct_;
+  DirectRead direct_;
   std::unique_ptr<ChunkHasher> hasher_;  // of manifest->chunk_hash, when verifying
   std::map<int, std::unique_ptr<File>> files_;
   std::vector<std::byte> stored_, decoded_;
   AlignedBuffer direct_buf_;  // direct reads land here (page-aligned)
   int64_t bytes_read_ = 0, chunks_read_ = 0;
+  int files_cached_ = 0;
 };
 
 }  // namespace ckpt

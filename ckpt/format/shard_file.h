@@ -88,8 +88,8 @@ struct ShardWriteOptions {
   // Digest of every stored chunk (ChunkRecord::sha256). One per checkpoint:
   // the manifest records it (Manifest::chunk_hash); SHA-256 unless chosen.
   ChunkHash hash = ChunkHash::kSha256;
-  // Shard files written with direct IO (ShardFileWriter::Create's direct_io);
-  // default CKPT_DIRECT_IO=1 (DirectIoFromEnvironment), else off.
+  // Shard files written with direct IO (ShardFileWriter::Create's direct_io):
+  // on unless CKPT_DIRECT_IO=0 (DirectIoFromEnvironment; DESIGN "Direct IO").
   bool direct_io = DirectIoFromEnvironment();
 };
 

@@ -136,13 +136,14 @@ struct LoadOptions {
   // (virtio disk, host cache) explicit WILLNEED of 8-32 MiB made loads from
   // evicted files up to 3x slower (ckpt_io_bench load; DESIGN "Load path").
   int64_t prefetch_bytes = 0;
-  // Read chunks with O_DIRECT (ChunkReader direct_io): the files' bytes go
-  // from the disk into each worker's aligned buffer, not through the page
-  // cache (nothing of a large checkpoint is left there, and no cache pages are
-  // allocated and copied). Faster from a disk or a host cache, slower when the
-  // files are in the page cache already (a load right after a buffered save).
-  // Default: CKPT_DIRECT_IO=1 (env.h), else off (DESIGN "Direct reads").
-  bool direct_io = DirectIoFromEnvironment();
+  // How chunks are read (ChunkReader, env.h DirectRead). kOn: O_DIRECT, the
+  // files' bytes go from the disk into each worker's aligned buffer, not
+  // through the page cache (nothing of a large checkpoint is left there, and no
+  // cache pages are allocated and copied): faster from a disk or a host cache,
+  // slower when the files are in the page cache already. kAuto (the default
+  // unless CKPT_DIRECT_IO is set): per file, buffered when it is mostly in the
+  // page cache, else direct. kOff: buffered (DESIGN "Direct reads").
+  DirectRead direct_io = DirectReadFromEnvironment();
   // Read sharing (load_share.h): ranks of this communicator (e.g. the DP
   // group, or the whole job) that need the same stored chunk read it once;
   // the reader checks its hash and sends the stored bytes to the others.
@@ -165,6 +166,7 @@ struct LoadStats {
   int share_rounds = 0;
   int64_t direct_read_bytes = 0;  // of bytes_read, read with O_DIRECT (LoadOptions::direct_io)
   std::string direct_io_fallback;  // why a direct load read through the page cache ("" if it did not)
+  int files_cached = 0;  // DirectRead::kAuto: file opens (one per reader) read buffered, being in the page cache
   double seconds = 0;
   // Iterations passed over, each with why: with fallback, those rejected;
   // with iteration -1 (latest), also every committed-looking iteration newer

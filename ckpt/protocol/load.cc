@@ -376,6 +376,7 @@ void AddDirectIo(const ChunkReader& reader, LoadStats* stats) {
   const DirectIoStats d = reader.direct_io();
   stats->direct_read_bytes += int64_t(d.direct_read_bytes);
   if (stats->direct_io_fallback.empty() && d.requested && !d.active) stats->direct_io_fallback = d.fallback;
+  stats->files_cached += reader.files_cached();
 }
 
 void RunWorkers(size_t n, const std::function<void(size_t)>& fn) {

@@ -45,7 +45,7 @@ def _json(value, what):
 
 
 def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
-         layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None):
+         layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None, direct_io=None):
     """Saves every rank's shards as checkpoint `iteration` under `root` (collective
     over comm): atomic, nothing visible unless every rank wrote its part. Only main
     replicas (replica_id all zeros) are written; replicated shards are spread over
@@ -55,11 +55,24 @@ def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=
     unless allow_older=True. chunk_hash: the integrity hash of the stored chunks,
     recorded in the manifest: "sha256" (None: the default; tamper-evident) or
     "xxh3-128" (much faster to verify on load; detects damage, not forgery).
+    direct_io: True writes the shard files with O_DIRECT (chunks of >= 64 KiB
+    aligned to 4 KiB; buffered where the filesystem refuses), False through the
+    page cache (chunks packed); None: CKPT_DIRECT_IO decides (on unless "0").
     Returns this rank's stats."""
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
     return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
                       float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
-                      bool(allow_older), chunk_hash or "sha256")
+                      bool(allow_older), chunk_hash or "sha256", -1 if direct_io is None else int(bool(direct_io)))
+
+
+def _direct_read_code(direct_io):
+    if direct_io is None:
+        return -1
+    if isinstance(direct_io, str):
+        if direct_io != "auto":
+            raise ValueError(f"ckpt: direct_io={direct_io!r} is not True, False, None or 'auto'")
+        return 2
+    return int(bool(direct_io))
 
 
 def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_unexpected", timeout=60.0,
@@ -72,17 +85,20 @@ def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_
     "return_unexpected" -> (state, unexpected), "return_all" -> (state, missing,
     unexpected), "log_*", "ignore_all") or ckpt's "none|unexpected|missing|all"
     (raise on ...). Missing keys that do not raise are skipped (left as they are).
-    stats: a dict to fill with the load's stats. direct_io: read the shard files
-    with O_DIRECT, bypassing the page cache (faster for files not cached, e.g. a
-    restarted job; slower right after a buffered save; None: CKPT_DIRECT_IO=1
-    turns it on; stats["direct_read_bytes"] says how much went direct)."""
+    stats: a dict to fill with the load's stats. direct_io: True reads the shard
+    files with O_DIRECT, bypassing the page cache (faster for files not cached,
+    e.g. a restarted job; slower for files still cached); False reads them
+    through the page cache; "auto" decides per file (direct unless at least half
+    of it is cached); None: CKPT_DIRECT_IO decides ("auto" when unset, "0" off,
+    else on). stats["direct_read_bytes"] says how much went direct and
+    stats["files_cached"] how many files "auto" read through the cache."""
     if strict not in _STRICT:
         raise ValueError(f"ckpt: strict={strict!r} is not one of {sorted(_STRICT)}")
     mode, warn, ret = _STRICT[strict]
     entries, objs, bufs, objects = _entries(sharded_state_dict, for_load=True)
     st, blobs = _ckpt.load(entries, objs, str(root), -1 if iteration is None else int(iteration),
                            handle_of(comm), mode, float(timeout), bool(verify_hashes), bool(fallback),
-                           -1 if direct_io is None else int(bool(direct_io)))
+                           _direct_read_code(direct_io))
     for b in bufs:
         b.finish_load()
     if stats is not None:
@@ -194,7 +210,7 @@ def reserve_async_save(sharded_state_dict, comm=None):
 
 
 def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
-               layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None):
+               layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None, direct_io=None):
     """Like save, but returns once the state is copied into host snapshot buffers
     (the only blocking part): the caller may overwrite its tensors at once. The
     first save allocates the snapshot arena (start_stats["allocate_seconds"])

@@ -43,9 +43,10 @@ SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::stri
 pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                const std::shared_ptr<CommHandle>& comm, const std::string& compress, double timeout_s,
                const std::string& metadata, const std::string& layout, int64_t chunk_bytes, bool allow_older,
-               const std::string& chunk_hash) {
+               const std::string& chunk_hash, int direct_io) {
   ShardedStateDict sd = StateOf(tensors, objects);
   SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash);
+  if (direct_io >= 0) o.write.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides (on unless 0)
   o.comm = CommOf(comm);
   Result<SaveStats> r = Status::Internal("not run");
   {
@@ -60,7 +61,8 @@ pyb::tuple Load(const pyb::list& tensors, const pyb::list& objects, const std::s
                 bool verify_hashes, bool fallback, int direct_io) {
   ShardedStateDict sd = StateOf(tensors, objects);
   LoadOptions o;
-  if (direct_io >= 0) o.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides
+  // -1: CKPT_DIRECT_IO decides (auto when unset); 0 off, 1 on, 2 auto
+  if (direct_io >= 0) o.direct_io = direct_io == 0 ? DirectRead::kOff : direct_io == 1 ? DirectRead::kOn : DirectRead::kAuto;
   o.root = root;
   o.iteration = iteration;
   o.comm = CommOf(comm);

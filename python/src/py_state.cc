@@ -93,6 +93,9 @@ pyb::dict ToDict(const SaveStats& s) {
   d["bytes_per_rank"] = s.bytes_per_rank;
   d["phase_seconds"] = s.phase_seconds;
   d["seconds"] = s.seconds;
+  d["direct_io"] = s.direct_io.requested;         // asked to write with O_DIRECT
+  d["direct_bytes"] = s.direct_io.direct_bytes;   // written with O_DIRECT
+  d["direct_io_fallback"] = s.direct_io.fallback;  // why not, where the filesystem refused
   d["warning"] = s.warning.ok() ? pyb::object(pyb::none()) : pyb::object(pyb::str(s.warning.ToString()));
   return d;
 }
@@ -107,6 +110,7 @@ pyb::dict ToDict(const LoadStats& s) {
   d["files_touched"] = s.files_touched;
   d["direct_read_bytes"] = s.direct_read_bytes;
   d["direct_io_fallback"] = s.direct_io_fallback;
+  d["files_cached"] = s.files_cached;
   d["seconds"] = s.seconds;
   d["skipped"] = s.skipped;
   d["missing_keys"] = s.missing_keys;

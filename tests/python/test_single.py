@@ -179,14 +179,35 @@ def test_xxh3_chunk_hash_is_recorded_loaded_and_verified(root):
 def test_direct_io_load_reads_past_the_page_cache_or_says_why_not(root):
     src = pattern((300, 40), torch.float32)
     ckpt.save({"w": ckpt.ShardedTensor.from_rank_offsets("w", src)}, root, 1, chunk_bytes=8192)
-    for direct in (True, False):
+    for direct in (True, False, "auto"):
         back, st = torch.zeros_like(src), {}
         ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", back)}, root, stats=st, direct_io=direct)
         assert torch.equal(back, src)
-        if direct:  # a filesystem without O_DIRECT (tmpfs before Linux 6.6) reads buffered and says so
+        if direct is True:  # a filesystem without O_DIRECT (tmpfs before Linux 6.6) reads buffered and says so
             assert st["direct_read_bytes"] >= st["bytes_read"] or "O_DIRECT" in st["direct_io_fallback"], st
-        else:
+        elif direct is False:
             assert st["direct_read_bytes"] == 0 and st["direct_io_fallback"] == "", st
+        else:  # the loads above left the file in the page cache: auto reads it buffered
+            assert st["files_cached"] >= 1 and st["direct_read_bytes"] == 0, st
+    with pytest.raises(ValueError, match="direct_io='yes'"):
+        ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", src)}, root, direct_io="yes")
+
+
+def test_save_direct_io_default_and_buffered(root, monkeypatch):
+    src = pattern((300, 400), torch.float32)  # 480 KB: chunks of 128 KiB, aligned when direct
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", src)}
+    buffered = ckpt.save(sd, root, 1, chunk_bytes=128 << 10, direct_io=False)
+    direct = ckpt.save(sd, root, 2, chunk_bytes=128 << 10, direct_io=True)
+    assert not buffered["direct_io"] and buffered["direct_bytes"] == 0, buffered
+    assert direct["direct_io"], direct  # tmpfs before Linux 6.6 falls back and says why
+    assert direct["direct_bytes"] > 0 or "O_DIRECT" in direct["direct_io_fallback"], direct
+    if "CKPT_DIRECT_IO" not in os.environ:
+        assert ckpt.save(sd, root, 3, chunk_bytes=128 << 10)["direct_io"]  # the default
+    for it in (1, 2):
+        back = torch.zeros_like(src)
+        ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", back)}, root, iteration=it)
+        assert torch.equal(back, src)
+    assert ckpt.fingerprint(root, 1)["digest"] == ckpt.fingerprint(root, 2)["digest"]
 
 
 def test_async_save_failure_is_raised_and_nothing_published(root):

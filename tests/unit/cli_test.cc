@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,35 @@ TEST(CliTest, DirectIoLoadChecksEveryElementAndReportsDirectBytes) {
   EXPECT_GE(j["direct_io"]["direct_bytes"].get<int64_t>(), j["bytes"].get<int64_t>()) << r.out;
   r = Ckpt("load --root " + root + " --layout tp=1 --threads 0");
   EXPECT_EQ(r.code, 2) << r.out;
+}
+
+// Saves are direct and loads auto by default (CKPT_DIRECT_IO unset);
+// --buffered-io turns either off, and it excludes --direct-io.
+TEST(CliTest, DirectIoDefaultsAndBufferedIoSwitch) {
+  const std::string root = testing::ScratchDir("cli_io_modes");
+  auto last_json = [](const CmdResult& r) { return nlohmann::json::parse(r.out.substr(r.out.rfind("\n{") + 1)); };
+  CmdResult r = Ckpt("save --root " + root + " --iter 1 --model tiny --layout tp=1 --buffered-io --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(last_json(r)["direct_io"]["mode"], "off") << r.out;
+  r = Ckpt("load --root " + root + " --layout tp=1 --buffered-io --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = last_json(r);
+  EXPECT_EQ(j["mismatches"], 0) << r.out;
+  EXPECT_EQ(j["direct_io"]["mode"], "off") << r.out;
+  EXPECT_EQ(j["direct_io"]["direct_bytes"], 0) << r.out;
+  r = Ckpt("load --root " + root + " --layout tp=1 --direct-io --buffered-io");
+  EXPECT_EQ(r.code, 2) << r.out;
+  if (std::getenv("CKPT_DIRECT_IO")) GTEST_SKIP() << "CKPT_DIRECT_IO is set: the defaults are not in effect";
+  r = Ckpt("save --root " + root + " --iter 2 --model tiny --layout tp=1 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = last_json(r);
+  EXPECT_EQ(j["direct_io"]["mode"], "on") << r.out;
+  EXPECT_EQ(j["direct_io"]["ranks_direct"], 1) << r.out;
+  r = Ckpt("load --root " + root + " --layout tp=1 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = last_json(r);
+  EXPECT_EQ(j["mismatches"], 0) << r.out;
+  EXPECT_EQ(j["direct_io"]["mode"], "auto") << r.out;
 }
 
 // Bad input exits 2 in every command, and the message names the command.

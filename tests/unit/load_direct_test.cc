@@ -6,6 +6,9 @@
 // checkpoints with packed (unaligned) and aligned chunk offsets, raw and zstd,
 // load bit for bit with direct reads, leave nothing in the page cache's
 // accounting of read bytes, and a flipped byte is still named by its chunk.
+// DirectRead::kAuto: File::PageCacheShare follows what is cached, and a load
+// reads a cold file direct and a cached one through the page cache.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "ckpt/base/env.h"
+#include "faults/fault_env.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "support/state_util.h"
@@ -147,7 +151,7 @@ testing::OwnedState EmptyState() {
 Result<LoadStats> LoadDirect(const std::string& root, testing::OwnedState& dst) {
   LoadOptions lo;
   lo.root = root;
-  lo.direct_io = true;
+  lo.direct_io = DirectRead::kOn;
   lo.threads = 2;
   return LoadCheckpoint(dst.dict(), lo);
 }
@@ -199,6 +203,81 @@ TEST(DirectLoad, AFlippedByteIsNamedByItsChunk) {
   EXPECT_NE(msg.find("chunk 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find(m->files[w->file].name), std::string::npos) << msg;
   EXPECT_NE(msg.find("mismatch"), std::string::npos) << msg;
+}
+
+// Drops the file's clean pages from the page cache (after a Sync every page is clean).
+void Evict(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  ::close(fd);
+}
+
+// Reads [0, bytes) of the file through the page cache.
+void ReadBuffered(const std::string& path, uint64_t bytes) {
+  auto f = DefaultEnv()->OpenFile(path, OpenMode::kRead);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  std::vector<std::byte> buf(1 << 20);
+  for (uint64_t off = 0; off < bytes; off += buf.size())
+    ASSERT_TRUE((*f)->PRead(off, std::span<std::byte>(buf).first(size_t(std::min<uint64_t>(buf.size(), bytes - off)))).ok());
+}
+
+double ShareOf(Env* env, const std::string& path) {
+  auto f = env->OpenFile(path, OpenMode::kRead);
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  return f.ok() ? (*f)->PageCacheShare() : -2;
+}
+
+TEST(PageCacheShare, FollowsWhatIsCachedAndDecoratorsForwardIt) {
+  const std::string dir = testing::ScratchDir("page_cache_share");
+  const std::string path = dir + "/f", empty = dir + "/empty";
+  const uint64_t n = uint64_t(24) << 20;  // 6144 pages: sampled, not probed whole
+  {
+    auto f = DefaultEnv()->OpenFile(path, OpenMode::kCreate);
+    ASSERT_TRUE(f.ok() && (*f)->PWrite(0, RandomBytes(size_t(n), 3)).ok() && (*f)->Sync().ok());
+    ASSERT_TRUE(DefaultEnv()->OpenFile(empty, OpenMode::kCreate).ok());
+  }
+  Evict(path);
+  EXPECT_LT(ShareOf(DefaultEnv(), path), 0.1);
+  ReadBuffered(path, n / 2);
+  const double half = ShareOf(DefaultEnv(), path);
+  EXPECT_GT(half, 0.3);
+  EXPECT_LT(half, 0.7);
+  ReadBuffered(path, n);
+  EXPECT_GT(ShareOf(DefaultEnv(), path), 0.9);
+  faults::FaultEnv fault_env(DefaultEnv(), {});
+  EXPECT_GT(ShareOf(&fault_env, path), 0.9);
+  EXPECT_EQ(ShareOf(DefaultEnv(), empty), 0.0);
+}
+
+Result<LoadStats> LoadAuto(const std::string& root, testing::OwnedState& dst) {
+  LoadOptions lo;
+  lo.root = root;
+  lo.direct_io = DirectRead::kAuto;
+  lo.threads = 1;
+  return LoadCheckpoint(dst.dict(), lo);
+}
+
+TEST(DirectLoad, AutoReadsColdFilesDirectAndCachedFilesThroughTheCache) {
+  const Saved s = SaveOne("direct_load_auto", true, Compression::kNone);
+  auto m = ReadManifest(DefaultEnv(), s.root, 1);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->files.size(), 1u);
+  const std::string path = JoinPath(JoinPath(s.root, IterDirName(1)), m->files[0].name);
+  Evict(path);
+  testing::OwnedState cold = EmptyState();
+  auto a = LoadAuto(s.root, cold);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(cold.CountMismatches(), 0);
+  EXPECT_EQ(a->files_cached, 0);
+  EXPECT_GE(a->direct_read_bytes, a->bytes_read);  // every chunk direct
+  ReadBuffered(path, m->files[0].size);
+  testing::OwnedState cached = EmptyState();
+  auto b = LoadAuto(s.root, cached);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(cached.CountMismatches(), 0);
+  EXPECT_GE(b->files_cached, 1);  // one per reader that opened it
+  EXPECT_EQ(b->direct_read_bytes, 0);
 }
 
 }  // namespace
