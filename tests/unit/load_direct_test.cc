@@ -10,6 +10,7 @@
 // reads a cold file direct and a cached one through the page cache.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <random>
@@ -213,13 +214,16 @@ void Evict(const std::string& path) {
   ::close(fd);
 }
 
-// Reads [0, bytes) of the file through the page cache.
+// Reads [0, bytes) of the file through the page cache, without read-ahead
+// (POSIX_FADV_RANDOM), so what is cached afterwards is what was read.
 void ReadBuffered(const std::string& path, uint64_t bytes) {
-  auto f = DefaultEnv()->OpenFile(path, OpenMode::kRead);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
-  std::vector<std::byte> buf(1 << 20);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+  std::vector<char> buf(1 << 20);
   for (uint64_t off = 0; off < bytes; off += buf.size())
-    ASSERT_TRUE((*f)->PRead(off, std::span<std::byte>(buf).first(size_t(std::min<uint64_t>(buf.size(), bytes - off)))).ok());
+    ASSERT_GT(::pread(fd, buf.data(), size_t(std::min<uint64_t>(buf.size(), bytes - off)), off_t(off)), 0);
+  ::close(fd);
 }
 
 double ShareOf(Env* env, const std::string& path) {
