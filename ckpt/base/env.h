@@ -13,8 +13,8 @@
 //  - RenameNoReplace never replaces an existing target (kAlreadyExists).
 //  - Env implementations are thread-safe; a File is used by one thread at a time.
 //  - Decorators (EnvWrapper subclasses, File wrappers) forward OpenOptions,
-//    File::direct_io() and File::PageCacheShare() unchanged, so a direct file still passes every write
-//    through them.
+//    File::direct_io() and File::PageCacheShare() unchanged, so a direct file
+//    still passes every write through them.
 #pragma once
 
 #include <cstdint>

@@ -67,7 +67,7 @@ Result<std::span<const std::byte>> ChunkReader::ReadStored(int file, const Datas
   const ChunkRecord& c = rec.chunks[chunk];
   if (verify_) hasher_->Reset();
   auto bytes = f->direct_io().active ? ReadRangeDirect(f, c.file_offset, c.stored_size)
-                                                 : ReadRange(f, c.file_offset, c.stored_size);
+                                     : ReadRange(f, c.file_offset, c.stored_size);
   if (!bytes.ok()) {
     if (bytes.status().code() == Code::kCorruption) return Status::Corruption(where() + ": " + bytes.status().message());
     return bytes.status();
