@@ -217,7 +217,8 @@ def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, ti
     unless reserve_async_save was called for the state first. Saves
     of one comm run one at a time, in call order: a new async_save first joins
     the previous one and raises its error (then this save is not started). A
-    failed background save never publishes anything. Collective over comm."""
+    failed background save never publishes anything. direct_io: as for save (the
+    background write; wait() returns its stats). Collective over comm."""
     saver = _saver_of(comm)
     t0 = time.monotonic()
     if saver.current is not None:
@@ -226,7 +227,7 @@ def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, ti
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
     st = saver.cpp.start(entries, objs, str(root), int(iteration), compress or "none", float(timeout),
                          _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
-                         bool(allow_older), chunk_hash or "sha256")
+                         bool(allow_older), chunk_hash or "sha256", -1 if direct_io is None else int(bool(direct_io)))
     st["wait_previous_seconds"] += waited
     st["blocking_seconds"] += waited
     saver.current = AsyncSaveHandle(saver, int(iteration), st)

@@ -93,10 +93,12 @@ class PyAsyncSaver {
   }
   pyb::dict Start(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                   const std::string& compress, double timeout_s, const std::string& metadata,
-                  const std::string& layout, int64_t chunk_bytes, bool allow_older, const std::string& chunk_hash) {
+                  const std::string& layout, int64_t chunk_bytes, bool allow_older, const std::string& chunk_hash,
+                  int direct_io) {
     ShardedStateDict sd = StateOf(tensors, objects);
     SaveOptions o =
         SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash);
+    if (direct_io >= 0) o.write.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides (on unless 0)
     Result<AsyncStartStats> r = Status::Internal("not run");
     {
       pyb::gil_scoped_release nogil;

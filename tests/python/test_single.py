@@ -208,6 +208,10 @@ def test_save_direct_io_default_and_buffered(root, monkeypatch):
         ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", back)}, root, iteration=it)
         assert torch.equal(back, src)
     assert ckpt.fingerprint(root, 1)["digest"] == ckpt.fingerprint(root, 2)["digest"]
+    done = ckpt.async_save(sd, root, 4, chunk_bytes=128 << 10, direct_io=False).wait(timeout=60)
+    assert not done["direct_io"] and done["direct_bytes"] == 0, done
+    done = ckpt.async_save(sd, root, 5, chunk_bytes=128 << 10, direct_io=True).wait(timeout=60)
+    assert done["direct_io"] and (done["direct_bytes"] > 0 or "O_DIRECT" in done["direct_io_fallback"]), done
 
 
 def test_async_save_failure_is_raised_and_nothing_published(root):
