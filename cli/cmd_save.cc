@@ -59,12 +59,13 @@ int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& 
               {"max_rank_bytes", *mx}, {"min_rank_bytes", *mn}, {"phase_seconds", r.phase_seconds},
               {"optimizer", f.optimizer}, {"per_rank", (*ranks)["per_rank"]}, {"straggler", (*ranks)["straggler"]}};
   if (!r.warning.ok()) out["warning"] = r.warning.ToString();
-  if (!o.write.direct_io) out["direct_io"] = {{"mode", "off"}};
   if (o.write.direct_io)  // every rank's file: which went direct, and how many bytes each way
     out["direct_io"] = {{"mode", "on"}, {"ranks_direct", *workload::SumOf(*all, "direct")},
                         {"direct_bytes", *workload::SumOf(*all, "direct_bytes")},
                         {"buffered_bytes", *workload::SumOf(*all, "buffered_bytes")},
                         {"fallback", (*all)[0].value("fallback", "")}};
+  else
+    out["direct_io"] = {{"mode", "off"}};
   if (f.json)
     Print0(j, "%s\n", out.dump().c_str());
   else

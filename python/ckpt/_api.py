@@ -62,7 +62,11 @@ def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
     return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
                       float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
-                      bool(allow_older), chunk_hash or "sha256", -1 if direct_io is None else int(bool(direct_io)))
+                      bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io))
+
+
+def _direct_write_code(direct_io):  # -1: CKPT_DIRECT_IO decides; 0 buffered; 1 direct
+    return -1 if direct_io is None else int(bool(direct_io))
 
 
 def _direct_read_code(direct_io):
@@ -227,7 +231,7 @@ def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, ti
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
     st = saver.cpp.start(entries, objs, str(root), int(iteration), compress or "none", float(timeout),
                          _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
-                         bool(allow_older), chunk_hash or "sha256", -1 if direct_io is None else int(bool(direct_io)))
+                         bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io))
     st["wait_previous_seconds"] += waited
     st["blocking_seconds"] += waited
     saver.current = AsyncSaveHandle(saver, int(iteration), st)

@@ -26,8 +26,9 @@ Millis MillisOf(double seconds) { return Millis(int64_t(seconds * 1000.0)); }
 
 SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::string& compress, double timeout_s,
                      const std::string& metadata, const std::string& layout, int64_t chunk_bytes,
-                     bool allow_older, const std::string& chunk_hash) {
+                     bool allow_older, const std::string& chunk_hash, int direct_io) {
   SaveOptions o;
+  if (direct_io >= 0) o.write.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides (on unless 0)
   o.write.hash = Value(ParseChunkHash(chunk_hash), -1, "save");
   o.allow_older = allow_older;
   o.root = root;
@@ -45,8 +46,8 @@ pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::st
                const std::string& metadata, const std::string& layout, int64_t chunk_bytes, bool allow_older,
                const std::string& chunk_hash, int direct_io) {
   ShardedStateDict sd = StateOf(tensors, objects);
-  SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash);
-  if (direct_io >= 0) o.write.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides (on unless 0)
+  SaveOptions o =
+      SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash, direct_io);
   o.comm = CommOf(comm);
   Result<SaveStats> r = Status::Internal("not run");
   {
@@ -97,8 +98,7 @@ class PyAsyncSaver {
                   int direct_io) {
     ShardedStateDict sd = StateOf(tensors, objects);
     SaveOptions o =
-        SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash);
-    if (direct_io >= 0) o.write.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides (on unless 0)
+        SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash, direct_io);
     Result<AsyncStartStats> r = Status::Internal("not run");
     {
       pyb::gil_scoped_release nogil;

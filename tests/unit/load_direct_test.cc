@@ -149,11 +149,12 @@ testing::OwnedState EmptyState() {
   return dst;
 }
 
-Result<LoadStats> LoadDirect(const std::string& root, testing::OwnedState& dst) {
+// Loads `root` into `dst` reading as `mode` says, with `threads` workers.
+Result<LoadStats> LoadWith(const std::string& root, testing::OwnedState& dst, DirectRead mode, int threads) {
   LoadOptions lo;
   lo.root = root;
-  lo.direct_io = DirectRead::kOn;
-  lo.threads = 2;
+  lo.direct_io = mode;
+  lo.threads = threads;
   return LoadCheckpoint(dst.dict(), lo);
 }
 
@@ -164,7 +165,7 @@ TEST(DirectLoad, PackedAlignedAndCompressedCheckpointsLoadBitForBit) {
   for (const Saved& s : cases) {
     testing::OwnedState dst = EmptyState();
     ASSERT_GT(dst.CountMismatches(), 0);  // control: dst starts as zeros
-    auto loaded = LoadDirect(s.root, dst);
+    auto loaded = LoadWith(s.root, dst, DirectRead::kOn, 2);
     ASSERT_TRUE(loaded.ok()) << s.root << ": " << loaded.status().ToString();
     EXPECT_EQ(dst.CountMismatches(), 0) << s.root;
     EXPECT_EQ(dst.dict().objects()[0].bytes.size(), 9u);
@@ -196,7 +197,7 @@ TEST(DirectLoad, AFlippedByteIsNamedByItsChunk) {
     ASSERT_TRUE((*f)->Sync().ok());
   }
   testing::OwnedState dst = EmptyState();
-  auto loaded = LoadDirect(s.root, dst);
+  auto loaded = LoadWith(s.root, dst, DirectRead::kOn, 2);
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.status().code(), Code::kCorruption) << loaded.status().ToString();
   const std::string msg = loaded.status().ToString();
@@ -254,14 +255,6 @@ TEST(PageCacheShare, FollowsWhatIsCachedAndDecoratorsForwardIt) {
   EXPECT_EQ(ShareOf(DefaultEnv(), empty), 0.0);
 }
 
-Result<LoadStats> LoadAuto(const std::string& root, testing::OwnedState& dst) {
-  LoadOptions lo;
-  lo.root = root;
-  lo.direct_io = DirectRead::kAuto;
-  lo.threads = 1;
-  return LoadCheckpoint(dst.dict(), lo);
-}
-
 TEST(DirectLoad, AutoReadsColdFilesDirectAndCachedFilesThroughTheCache) {
   const Saved s = SaveOne("direct_load_auto", true, Compression::kNone);
   auto m = ReadManifest(DefaultEnv(), s.root, 1);
@@ -270,14 +263,14 @@ TEST(DirectLoad, AutoReadsColdFilesDirectAndCachedFilesThroughTheCache) {
   const std::string path = JoinPath(JoinPath(s.root, IterDirName(1)), m->files[0].name);
   Evict(path);
   testing::OwnedState cold = EmptyState();
-  auto a = LoadAuto(s.root, cold);
+  auto a = LoadWith(s.root, cold, DirectRead::kAuto, 1);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ(cold.CountMismatches(), 0);
   EXPECT_EQ(a->files_cached, 0);
   EXPECT_GE(a->direct_read_bytes, a->bytes_read);  // every chunk direct
   ReadBuffered(path, m->files[0].size);
   testing::OwnedState cached = EmptyState();
-  auto b = LoadAuto(s.root, cached);
+  auto b = LoadWith(s.root, cached, DirectRead::kAuto, 1);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(cached.CountMismatches(), 0);
   EXPECT_GE(b->files_cached, 1);  // one per reader that opened it
