@@ -15,13 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-struct ConvertFlags {
-  std::string src, dst, to, layout = "tp=1", compression = "none", negative_control;
-  int64_t iteration = -1, vocab_divisible_by = 128, chunk_kb = 4096;
-  double max_shard_mb = 5120;
-  bool mcore = false, stack_layers = false, extra_state = false, keep_padding = false, json = false;
-};
-
 int Fail(const Status& st) {
   std::fprintf(stderr, "ckpt convert: %s\n", st.ToString().c_str());
   return kExitError;
@@ -62,6 +55,8 @@ Result<convert::ConvertStats> Run(const ConvertFlags& f) {
   return Status::InvalidArgument("--to '" + f.to + "': give ckpt (from a HF directory), hf or torch (from a checkpoint)");
 }
 
+}  // namespace
+
 int RunConvert(const ConvertFlags& f) {
   MemoryProbe mem;
   mem.ResetPeak();
@@ -87,32 +82,6 @@ int RunConvert(const ConvertFlags& f) {
               s.objects_skipped ? (", " + std::to_string(s.objects_skipped) + " per-rank object(s) left out").c_str()
                                 : "");
   return kExitOk;
-}
-
-}  // namespace
-
-void RegisterConvert(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand(
-      "convert", "Convert between ckpt and HF safetensors (Llama) or one torch.save file (docs: README \"Convert\")");
-  auto f = std::make_shared<ConvertFlags>();
-  cmd->add_option("src", f->src, "source: a HF model directory (--to ckpt) or a checkpoint root")->required();
-  cmd->add_option("dst", f->dst, "destination: checkpoint root, HF directory, or .pt file")->required();
-  cmd->add_option("--to", f->to, "ckpt (HF -> ckpt), hf (ckpt -> HF safetensors) or torch (ckpt -> torch.save)")
-      ->required();
-  cmd->add_option("--layout", f->layout, "--to ckpt: target layout, e.g. tp=4,pp=2 or pp=4,vpp=2");
-  cmd->add_option("--iter", f->iteration, "--to ckpt: iteration to write (0); else the one to read (latest)");
-  cmd->add_flag("--mcore", f->mcore, "--to ckpt: Megatron-Core training's keys: --stack-layers --extra-state");
-  cmd->add_flag("--stack-layers", f->stack_layers, "--to ckpt: keys decoder.layers.<name> with a layer axis");
-  cmd->add_flag("--extra-state", f->extra_state, "--to ckpt: MCore's _extra_state objects of the linear layers");
-  cmd->add_option("--vocab-divisible-by", f->vocab_divisible_by, "--to ckpt: pad the vocab to a multiple of this x TP");
-  cmd->add_option("--compress", f->compression, "--to ckpt: none or zstd");
-  cmd->add_option("--chunk-kb", f->chunk_kb, "--to ckpt: target chunk size in KiB");
-  cmd->add_option("--max-shard-mb", f->max_shard_mb, "--to hf: largest safetensors file in MiB (default 5120; fractions allowed)");
-  cmd->add_flag("--keep-vocab-padding", f->keep_padding, "--to torch: keep the padded vocab rows");
-  cmd->add_flag("--json", f->json, "machine-readable output");
-  cmd->add_option("--negative-control", f->negative_control,
-                  "tests only: a wrong mapping (naive-qkv, swap-gate-up) the oracle must catch")->group("");
-  cmd->callback([=]() { *exit_code = RunConvert(*f); });
 }
 
 }  // namespace ckpt::cli

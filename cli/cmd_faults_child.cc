@@ -11,6 +11,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
 #include "cli/commands.h"
+#include "cli/job_commands.h"
 #include "cli/gpt_job.h"
 #include "faults/child.h"
 #include "faults/fault_env.h"
@@ -21,10 +22,6 @@ namespace {
 
 using nlohmann::json;
 using namespace ckpt::faults;
-
-struct ChildFlags : ChildOptions {
-  std::string phase;
-};
 
 // A failed rank: report, then end without MPI_Finalize, which can block on a
 // dead peer. exit_code < 0: by the Status (kCorruption: check failed).
@@ -41,7 +38,7 @@ struct ChildFlags : ChildOptions {
   _exit(exit_code);
 }
 
-int ChildSave(const ChildFlags& f) {
+int ChildSave(const FaultChildFlags& f) {
   std::string name;
   auto model = ResolveModel(f.model, f.root, -1, &name);
   auto plan = model.ok() ? PlanOf(f) : Result<FaultPlan>(model.status());
@@ -63,7 +60,7 @@ int ChildSave(const ChildFlags& f) {
   return kExitOk;
 }
 
-int ChildLoad(const ChildFlags& f) {
+int ChildLoad(const FaultChildFlags& f) {
   std::string name;
   auto model = ResolveModel(f.model, f.root, -1, &name);
   auto plan = model.ok() ? PlanOf(f) : Result<FaultPlan>(model.status());
@@ -113,25 +110,6 @@ int ChildLoad(const ChildFlags& f) {
 
 }  // namespace
 
-void RegisterFaultChild(CLI::App* faults, int* exit_code) {
-  auto* cmd = faults->add_subcommand("child", "One rank of a faulted save or load job (run under mpirun)");
-  auto f = std::make_shared<ChildFlags>();
-  cmd->add_option("--phase", f->phase, "save or load")->required()->check(CLI::IsMember({"save", "load"}));
-  cmd->add_option("--root", f->root, "checkpoint root")->required();
-  cmd->add_option("--layout", f->layout, "this job's layout");
-  cmd->add_option("--model", f->model, "GPT preset[:k=v,...]");
-  cmd->add_option("--iter", f->iteration, "save: the iteration; load: -1 = the latest (LatestIteration)");
-  cmd->add_option("--spec", f->spec, "fault plan text (faults/fault_spec.h)");
-  cmd->add_option("--spec-file", f->spec_file, "fault plan file");
-  cmd->add_option("--trace-dir", f->trace_dir, "save: write each rank's IO trace here");
-  cmd->add_option("--power-dir", f->power_dir, "save: journal for power-loss simulation (cut marker there)");
-  cmd->add_option("--result-dir", f->result_dir, "per-rank outcome, fired faults, commit acks");
-  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective");
-  cmd->add_option("--chunk-kb", f->chunk_kb, "save: target chunk size in KiB");
-  cmd->add_option("--cases", f->cases, "save: run many fault cases in this job (JSON lines: root, result_dir, spec)");
-  cmd->add_flag("--fallback", f->fallback, "load: fall back to the newest checkpoint that verifies");
-  cmd->add_flag("--no-hash-check", f->no_hash_check, "load: skip chunk hashes (shows the value check alone)");
-  cmd->callback([=]() { *exit_code = f->phase == "save" ? ChildSave(*f) : ChildLoad(*f); });
-}
+int RunFaultChild(const FaultChildFlags& f) { return f.phase == "save" ? ChildSave(f) : ChildLoad(f); }
 
 }  // namespace ckpt::cli

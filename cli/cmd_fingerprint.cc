@@ -90,59 +90,33 @@ void PrintText(const CheckpointDiff& d) {
 
 }  // namespace
 
-void RegisterFingerprint(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("fingerprint", "Layout-invariant digest of a checkpoint's global state");
-  auto root = std::make_shared<std::string>();
-  auto opts = std::make_shared<FingerprintOptions>();
-  auto per_tensor = std::make_shared<bool>(false), json_out = std::make_shared<bool>(false);
-  auto no_verify = std::make_shared<bool>(false);
-  auto block_kb = std::make_shared<int64_t>(4096);
-  cmd->add_option("root", *root, "checkpoint root directory")->required();
-  cmd->add_option("--iter", opts->iteration, "iteration (default: the latest: the newest committed one at or above the tracker's)");
-  cmd->add_flag("--per-tensor", *per_tensor, "list every tensor's and object's digest");
-  cmd->add_flag("--json", *json_out, "machine-readable output");
-  cmd->add_flag("--no-verify", *no_verify, "skip the chunk hash checks");
-  cmd->add_option("--block-kb", *block_kb, "rows read per block, in KiB");
-  cmd->callback([=]() {
-    opts->verify_hashes = !*no_verify;
-    opts->block_bytes = *block_kb * 1024;
-    auto r = FingerprintCheckpoint(*root, *opts);
-    if (!r.ok()) {
-      std::fprintf(stderr, "ckpt fingerprint: %s\n", r.status().ToString().c_str());
-      *exit_code = ExitCodeOf(r.status());
-      return;
-    }
-    if (*json_out)
-      std::printf("%s\n", ToJson(*r, *per_tensor).dump(2).c_str());
-    else
-      PrintText(*r, *per_tensor);
-    *exit_code = kExitOk;
-  });
+int RunFingerprint(const FingerprintFlags& f) {
+  FingerprintOptions opts = f.opts;
+  opts.verify_hashes = !f.no_verify;
+  opts.block_bytes = f.block_kb * 1024;
+  auto r = FingerprintCheckpoint(f.root, opts);
+  if (!r.ok()) {
+    std::fprintf(stderr, "ckpt fingerprint: %s\n", r.status().ToString().c_str());
+    return ExitCodeOf(r.status());
+  }
+  if (f.json)
+    std::printf("%s\n", ToJson(*r, f.per_tensor).dump(2).c_str());
+  else
+    PrintText(*r, f.per_tensor);
+  return kExitOk;
 }
 
-void RegisterDiff(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("diff", "Which tensors of two checkpoints differ, and by how many ulps (exit 0 same, 1 differ)");
-  auto a = std::make_shared<std::string>(), b = std::make_shared<std::string>();
-  auto oa = std::make_shared<FingerprintOptions>(), ob = std::make_shared<FingerprintOptions>();
-  auto json_out = std::make_shared<bool>(false);
-  cmd->add_option("a", *a, "first checkpoint root")->required();
-  cmd->add_option("b", *b, "second checkpoint root")->required();
-  cmd->add_option("--iter-a", oa->iteration, "iteration of a (default: its tracker's)");
-  cmd->add_option("--iter-b", ob->iteration, "iteration of b (default: its tracker's)");
-  cmd->add_flag("--json", *json_out, "machine-readable output");
-  cmd->callback([=]() {
-    auto r = DiffCheckpoints(*a, *b, *oa, *ob);
-    if (!r.ok()) {
-      std::fprintf(stderr, "ckpt diff: %s\n", r.status().ToString().c_str());
-      *exit_code = ExitCodeOf(r.status());
-      return;
-    }
-    if (*json_out)
-      std::printf("%s\n", ToJson(*r).dump(2).c_str());
-    else
-      PrintText(*r);
-    *exit_code = r->same() ? kExitOk : kExitCheckFailed;
-  });
+int RunDiff(const DiffFlags& f) {
+  auto r = DiffCheckpoints(f.a, f.b, f.opts_a, f.opts_b);
+  if (!r.ok()) {
+    std::fprintf(stderr, "ckpt diff: %s\n", r.status().ToString().c_str());
+    return ExitCodeOf(r.status());
+  }
+  if (f.json)
+    std::printf("%s\n", ToJson(*r).dump(2).c_str());
+  else
+    PrintText(*r);
+  return r->same() ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace ckpt::cli

@@ -17,6 +17,8 @@ std::string Version(int v, int major_div) {
   return std::to_string(v / major_div) + "." + std::to_string(v % major_div / (major_div / 100));
 }
 
+}  // namespace
+
 int RunGpu(bool as_json) {
   const gpu::GpuInfo g = gpu::QueryGpu();
   if (as_json) {
@@ -36,15 +38,6 @@ int RunGpu(bool as_json) {
       std::printf("device %d: %s%s\n", d, g.devices[d].c_str(), d == g.local_device ? "  (this process)" : "");
   }
   return g.compiled && g.device_count > 0 ? kExitOk : kExitCheckFailed;
-}
-
-}  // namespace
-
-void RegisterGpu(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("gpu", "GPU path of this build: CUDA/NCCL versions and devices (exit 1: no usable GPU)");
-  auto as_json = std::make_shared<bool>(false);
-  cmd->add_flag("--json", *as_json, "print as JSON");
-  cmd->callback([=]() { *exit_code = RunGpu(*as_json); });
 }
 
 }  // namespace ckpt::cli

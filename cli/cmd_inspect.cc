@@ -76,27 +76,17 @@ void PrintText(const Manifest& m, const std::string& root) {
 
 }  // namespace
 
-void RegisterInspect(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("inspect", "Show the tensors, shapes, dtypes, sizes and layout of a checkpoint");
-  auto root = std::make_shared<std::string>();
-  auto iter = std::make_shared<int64_t>(-1);
-  auto json = std::make_shared<bool>(false);
-  cmd->add_option("root", *root, "checkpoint root directory")->required();
-  cmd->add_option("--iter", *iter, "iteration (default: the latest: the newest committed one at or above the tracker's)");
-  cmd->add_flag("--json", *json, "machine-readable output");
-  cmd->callback([=]() {
-    auto m = ReadManifest(DefaultEnv(), *root, *iter);
-    if (!m.ok()) {
-      std::fprintf(stderr, "ckpt inspect: %s\n", m.status().ToString().c_str());
-      *exit_code = kExitError;
-      return;
-    }
-    if (*json)
-      std::printf("%s\n", ToJson(*m, *root).dump(2).c_str());
-    else
-      PrintText(*m, *root);
-    *exit_code = kExitOk;
-  });
+int RunInspect(const InspectFlags& f) {
+  auto m = ReadManifest(DefaultEnv(), f.root, f.iteration);
+  if (!m.ok()) {
+    std::fprintf(stderr, "ckpt inspect: %s\n", m.status().ToString().c_str());
+    return kExitError;
+  }
+  if (f.json)
+    std::printf("%s\n", ToJson(*m, f.root).dump(2).c_str());
+  else
+    PrintText(*m, f.root);
+  return kExitOk;
 }
 
 }  // namespace ckpt::cli

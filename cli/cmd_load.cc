@@ -156,6 +156,8 @@ int Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::Lo
   return s["bad"].get<int64_t>() == 0 ? kExitOk : kExitCheckFailed;
 }
 
+}  // namespace
+
 int RunLoad(const JobFlags& f) {
   int rc = -1;
   auto started = Start(f, &rc);
@@ -178,42 +180,6 @@ int RunLoad(const JobFlags& f) {
     return AgreedLoadExitCode(j.comm.get(), r.status(), l.o.timeout);
   }
   return Report(f, l, *r, mem, secs);
-}
-
-}  // namespace
-
-void RegisterLoad(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("load", "Load a checkpoint into this job's layout and check every element");
-  auto f = std::make_shared<JobFlags>();
-  AddCommon(cmd, f.get());
-  cmd->add_option("--iter", f->iteration,
-                  "iteration (default: the latest, the newest committed one at or above the tracker's)");
-  cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
-  cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
-  cmd->add_flag("--no-check", f->no_check, "skip the element check");
-  auto* direct = cmd->add_flag("--direct-io", f->direct_io,
-                               "read every shard file with O_DIRECT, bypassing the page cache (CKPT_DIRECT_IO=1); "
-                               "faster from disk, slower for files still in the page cache");
-  cmd->add_flag("--buffered-io", f->buffered_io, "read every shard file through the page cache (CKPT_DIRECT_IO=0); "
-                "default: per file, direct unless at least half of it is in the page cache")
-      ->excludes(direct);
-  cmd->add_option("--threads", f->load_threads,
-                  "read/verify/decode workers per rank (default: the cores divided by the ranks on this node)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--strict", f->strict,
-                  "fail on key mismatches: all (default: checkpoint keys the job does not request, or "
-                  "requested keys it lacks), unexpected, missing (missing ones are skipped otherwise) or none; "
-                  "mismatches are printed either way");
-  cmd->add_option("--share-reads", f->share_reads,
-                  "ranks needing the same chunk read it once and send it: dp (default: ranks with the same "
-                  "TP/PP coordinates), job (all ranks) or none");
-  cmd->add_option("--share-round-mb", f->share_round_mb, "read sharing: MB a rank sends per exchange round");
-  cmd->add_option("--share-transport", f->share_transport,
-                  "read sharing: mpi (default) or nccl (the GPU path: chunk bytes over NCCL, one GPU per rank)");
-  f->optimizer = "auto";
-  cmd->add_option("--optimizer", f->optimizer,
-                  "optimizer state to load: auto (as saved), none, model or bucket");
-  cmd->callback([=]() { *exit_code = RunLoad(*f); });
 }
 
 }  // namespace ckpt::cli

@@ -97,6 +97,8 @@ void NoteOlder(const JobFlags& f, const GptJob& j) {
            static_cast<long long>(iters->back()));
 }
 
+}  // namespace
+
 int RunSave(const JobFlags& f) {
   if (f.iteration < 0)
     return Fail("save", -1, Status::InvalidArgument("--iter " + std::to_string(f.iteration) + ": an iteration is >= 0"));
@@ -137,38 +139,6 @@ int RunSave(const JobFlags& f) {
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but %s\n", j.rank(),
                  static_cast<long long>(o.iteration), r->warning.message().c_str());
   return Report(f, j, o, *r, secs);
-}
-
-}  // namespace
-
-void RegisterSave(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("save", "Save a GPT model state from a multi-rank job (run under mpirun)");
-  auto f = std::make_shared<JobFlags>();
-  AddCommon(cmd, f.get());
-  cmd->add_option("--iter", f->iteration, "iteration number")->required();
-  cmd->add_option("--model", f->model, "GPT preset (tiny, demo) with optional overrides (tiny:tied_embeddings=true,first_stage_layers=3) or a config JSON");
-  cmd->add_option("--compress", f->compression, "none or zstd");
-  cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
-  cmd->add_option("--hash", f->hash, "chunk integrity hash, recorded in the manifest: sha256 (default; tamper-evident) "
-                                     "or xxh3-128 (~10x faster; detects damage, not forgery)");
-  cmd->add_option("--encode-threads", f->encode_threads,
-                  "pad/compress/hash workers per rank (0: serial; default: cores per local rank)");
-  cmd->add_flag("--no-balance", f->no_balance, "write replicas on their main holder only");
-  auto* direct = cmd->add_flag("--direct-io", f->direct_io,
-                               "write shard files with O_DIRECT, chunks of >= 64 KiB aligned to 4 KiB (the default "
-                               "unless CKPT_DIRECT_IO=0; buffered where the filesystem refuses O_DIRECT)");
-  cmd->add_flag("--buffered-io", f->buffered_io,
-                "write shard files through the page cache, chunks packed (the default with CKPT_DIRECT_IO=0)")
-      ->excludes(direct);
-  cmd->add_option("--faults", f->faults, "fault plan for this save (faults/fault_spec.h), e.g. "
-                  "'point=env.pwrite rank=2 action=delay ms=50' for a slow writer");
-  cmd->add_flag("--allow-older", f->allow_older,
-                "save below the newest iteration under the root (refused by default: 'latest' would still pick it)");
-  f->optimizer = "none";
-  cmd->add_option("--optimizer", f->optimizer,
-                  "distributed-optimizer state to save: none, model (model space: reshardable across "
-                  "DP/TP/PP/EP/bucket size) or bucket (raw bucket slices: same layout only)");
-  cmd->callback([=]() { *exit_code = RunSave(*f); });
 }
 
 }  // namespace ckpt::cli

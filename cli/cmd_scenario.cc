@@ -60,7 +60,9 @@ std::string FindRunner(std::vector<std::string>* tried) {
   return "";
 }
 
-int ExecRunner(const std::vector<std::string>& args) {
+}  // namespace
+
+int RunScenario(const std::vector<std::string>& args) {
   std::vector<std::string> tried;
   const std::string runner = FindRunner(&tried);
   if (runner.empty()) {
@@ -81,18 +83,6 @@ int ExecRunner(const std::vector<std::string>& args) {
   execv(python.c_str(), c.data());
   std::fprintf(stderr, "ckpt scenario: cannot execute %s: %s\n", python.c_str(), std::strerror(errno));
   return kExitError;
-}
-
-}  // namespace
-
-void RegisterScenario(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand(
-      "scenario",
-      "Level 8 question-bank scenarios (list | run IDS|--all [--reduced] [--out DIR] [--check-text]): measured "
-      "evidence with negative controls; runs scripts/harness/scenario_runner.py (--help there)");
-  cmd->prefix_command();  // every argument after "scenario" goes to the driver
-  cmd->set_help_flag();   // so does --help
-  cmd->callback([cmd, exit_code]() { *exit_code = ExecRunner(cmd->remaining()); });
 }
 
 }  // namespace ckpt::cli

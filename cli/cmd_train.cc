@@ -1,10 +1,9 @@
 // ckpt train: the deterministic training workload (ckpt/workload/) as a real
 // multi-rank job under mpirun. Loop, schedule and summary are library code
-// (ckpt/workload/train_loop.h); this file parses the options, starts the job
-// (MPI, layout, model, workload, saver: cli/train_saver.h) and prints. Hidden
-// developer switches (negative controls, a kill after a save, a NaN fault):
-// AddDeveloperSwitches; saving options (async, faults, hash, retention):
-// cli/train_options.cc; --exit-signal-handler: ckpt/workload/exit_signal.h.
+// (ckpt/workload/train_loop.h); this file starts the job (MPI, layout, model,
+// workload, saver: cli/train_saver.h) and prints. Its options, the hidden
+// developer switches included (negative controls, a kill after a save, a NaN
+// fault): cli/flags_jobs.cc; --exit-signal-handler: ckpt/workload/exit_signal.h.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -18,23 +17,13 @@
 #include "ckpt/workload/train_loop.h"
 #include "ckpt/workload/train_workload.h"
 #include "cli/commands.h"
-#include "cli/train_options.h"
+#include "cli/job_commands.h"
 #include "reshard/gpt_config_json.h"
 
 namespace ckpt::cli {
 namespace {
 
 using nlohmann::json;
-
-struct TrainFlags {
-  std::string layout = "tp=1", model = "tiny", root, mode = "elementwise", save_at, nonfinite = "refuse";
-  std::string compression = "none";
-  int64_t steps = 10, save_every = 0, inject_nan = -1, timeout_ms = 60000, log_interval = 0;
-  workload::TrainConfig cfg;
-  TrainSaveFlags save;
-  bool resume = false, no_rng = false, no_iterator = false, kill_after_save = false, json = false,
-       allow_older = false, exit_signal = false;
-};
 
 struct Job {
   std::unique_ptr<MpiSession> session;
@@ -121,7 +110,9 @@ Result<json> ResumeOrInit(Job& j, const TrainFlags& f) {
   return json{{"iteration", ls.iteration}, {"seconds", ls.seconds}, {"bytes", ls.bytes_read}};
 }
 
-int Run(TrainFlags& f) {
+}  // namespace
+
+int RunTrain(TrainFlags& f) {
   auto started = StartJob(f);
   if (!started.ok()) return Fail(Job(), started.status());
   Job& j = *started;
@@ -152,49 +143,6 @@ int Run(TrainFlags& f) {
     if (report->contains(k)) out[k] = (*report)[k];
   Print0(j, f.json ? out.dump() + "\n" : workload::TrainSummaryLine(out));
   return kExitOk;
-}
-
-// DEVELOPER ONLY: negative controls, test hooks and faults for the
-// reproducibility tests and scenarios. Hidden from --help (group ""); the
-// async switches reach the saver through tests/testing (AsyncSaveControls).
-void AddDeveloperSwitches(CLI::App* cmd, TrainFlags* f) {
-  const std::string kDev = "DEVELOPER ONLY (hidden): ";
-  cmd->add_flag("--no-rng-state", f->no_rng, kDev + "negative control: neither save nor load the RNG state")->group("");
-  cmd->add_flag("--no-iterator-state", f->no_iterator, kDev + "negative control: neither save nor load the iterator")
-      ->group("");
-  cmd->add_flag("--kill-after-save", f->kill_after_save, kDev + "SIGKILL every rank after the first save commits")
-      ->group("");
-  cmd->add_option("--inject-nan", f->inject_nan,
-                  kDev + "fault: a NaN gradient at this iteration (decoder.layers.0.mlp.linear_fc2.weight, element 100)")
-      ->group("");
-}
-
-}  // namespace
-
-void RegisterTrain(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("train", "Deterministic GPT training workload with checkpoint/resume (run under mpirun)");
-  auto f = std::make_shared<TrainFlags>();
-  cmd->add_option("--root", f->root, "checkpoint root directory")->required();
-  cmd->add_option("--layout", f->layout, "this job's layout, e.g. tp=4,pp=2,dp=1");
-  cmd->add_option("--model", f->model, "GPT preset (tiny, demo), optionally with overrides: tiny:hidden=256,num_layers=4");
-  cmd->add_option("--steps", f->steps, "train until this iteration (total, as Megatron's --train-iters)");
-  cmd->add_option("--mode", f->mode, "elementwise (layout-invariant) or tp-reduce (TP all-reduce matmul)");
-  AddTrainConfigOptions(cmd, &f->cfg);
-  cmd->add_option("--save-every", f->save_every, "save every K iterations (and always at --steps)");
-  cmd->add_option("--save-at", f->save_at, "save at these iterations, comma-separated (and always at --steps)");
-  cmd->add_flag("--resume", f->resume, "resume from the latest checkpoint under --root (strict)");
-  cmd->add_flag("--allow-older", f->allow_older,
-                "start a new run in a root holding newer iterations (refused by default: 'latest' would pick them)");
-  cmd->add_option("--nonfinite", f->nonfinite, "NaN/Inf at save: refuse (default), warn or allow");
-  cmd->add_option("--compress", f->compression, "none or zstd");
-  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every checkpoint collective (> 0)")->check(CLI::PositiveNumber);
-  AddTrainSaveOptions(cmd, &f->save);
-  cmd->add_flag("--exit-signal-handler", f->exit_signal,
-                "on SIGTERM (to any rank) save the current iteration, then exit 0 (Megatron-LM's flag)");
-  cmd->add_option("--log-interval", f->log_interval, "print 'train: iteration N' every K iterations");
-  cmd->add_flag("--json", f->json, "print the summary as JSON");
-  AddDeveloperSwitches(cmd, f.get());
-  cmd->callback([=]() { *exit_code = Run(*f); });
 }
 
 }  // namespace ckpt::cli

@@ -11,12 +11,6 @@
 namespace ckpt::cli {
 namespace {
 
-struct VerifyFlags {
-  std::string root;
-  VerifyOptions opts;
-  bool json = false, all_iterations = false, all_problems = false;
-};
-
 // Verifies one iteration (-1: latest), prints its report; the exit code.
 int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
   VerifyOptions o = f.opts;
@@ -47,6 +41,8 @@ int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
   return r->ok() ? kExitOk : kExitCheckFailed;
 }
 
+}  // namespace
+
 int RunVerify(const VerifyFlags& f) {
   nlohmann::json reports = nlohmann::json::array();
   int rc = kExitOk;
@@ -66,21 +62,6 @@ int RunVerify(const VerifyFlags& f) {
   if (f.json && f.all_iterations)
     std::printf("%s\n", nlohmann::json{{"ok", rc == kExitOk}, {"iterations", reports}}.dump(2).c_str());
   return rc;
-}
-
-}  // namespace
-
-void RegisterVerify(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("verify", "Re-read and re-hash every chunk of a checkpoint (exit 0 ok, 1 bad)");
-  auto f = std::make_shared<VerifyFlags>();
-  cmd->add_option("root", f->root, "checkpoint root directory")->required();
-  cmd->add_option("--iter", f->opts.iteration,
-                  "iteration (default: the latest: the newest committed one at or above the tracker's; newer "
-                  "iterations that do not read are reported as problems)");
-  cmd->add_flag("--all", f->all_iterations, "verify every iteration under the root (exit 1 if any is bad)");
-  cmd->add_flag("--all-problems", f->all_problems, "report every problem, not only the first");
-  cmd->add_flag("--json", f->json, "machine-readable output");
-  cmd->callback([=]() { *exit_code = RunVerify(*f); });
 }
 
 }  // namespace ckpt::cli

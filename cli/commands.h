@@ -1,10 +1,20 @@
-// The `ckpt` subcommands. Each Register* adds one CLI11 subcommand whose
-// callback sets the process exit code; the work is done by the libraries.
+// The `ckpt` subcommands' entry points: each command's options as a plain
+// struct and the function that runs it and returns the process exit code.
+// Parsing (CLI11) lives apart, in cli/flags_*.cc (cli/flags.h): CLI11 is
+// header-only and costs ~10 s of compile time in every file that includes it,
+// so only those files and main.cc do. The work is done by the libraries.
+// save/load: cli/job_flags.h; faults/train: cli/job_commands.h.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "ckpt/base/status.h"
+#include "ckpt/protocol/fingerprint.h"
+#include "ckpt/protocol/verify.h"
+#include "ckpt/workload/gpt_reshard.h"
+#include "ckpt/workload/load_plan.h"
 
 namespace ckpt::cli {
 
@@ -20,21 +30,60 @@ inline constexpr int kExitError = 2;
 // The exit code of a failed command's Status (typed fields, never its text).
 int ExitCodeOf(const Status& st);
 
-void RegisterInspect(CLI::App& app, int* exit_code);
-void RegisterVerify(CLI::App& app, int* exit_code);
-void RegisterSave(CLI::App& app, int* exit_code);
-void RegisterLoad(CLI::App& app, int* exit_code);
-void RegisterFaults(CLI::App& app, int* exit_code);
-void RegisterReshard(CLI::App& app, int* exit_code);
-void RegisterPlan(CLI::App& app, int* exit_code);
-void RegisterTrain(CLI::App& app, int* exit_code);
-void RegisterFingerprint(CLI::App& app, int* exit_code);
-void RegisterDiff(CLI::App& app, int* exit_code);
-void RegisterScenario(CLI::App& app, int* exit_code);
-void RegisterGpu(CLI::App& app, int* exit_code);
-void RegisterConvert(CLI::App& app, int* exit_code);
-// Parts of `ckpt faults` (cmd_faults_child.cc, cmd_faults_disk.cc).
-void RegisterFaultChild(CLI::App* faults, int* exit_code);
-void RegisterFaultDiskTools(CLI::App* faults, int* exit_code);
+struct InspectFlags {
+  std::string root;
+  int64_t iteration = -1;
+  bool json = false;
+};
+int RunInspect(const InspectFlags& f);  // cmd_inspect.cc
+
+struct VerifyFlags {
+  std::string root;
+  VerifyOptions opts;
+  bool json = false, all_iterations = false, all_problems = false;
+};
+int RunVerify(const VerifyFlags& f);  // cmd_verify.cc
+
+struct FingerprintFlags {
+  std::string root;
+  FingerprintOptions opts;
+  int64_t block_kb = 4096;
+  bool per_tensor = false, json = false, no_verify = false;
+};
+int RunFingerprint(const FingerprintFlags& f);  // cmd_fingerprint.cc
+
+struct DiffFlags {
+  std::string a, b;
+  FingerprintOptions opts_a, opts_b;
+  bool json = false;
+};
+int RunDiff(const DiffFlags& f);  // cmd_fingerprint.cc
+
+struct ReshardFlags {
+  workload::GptReshardRequest req;
+  int64_t chunk_kb = 4096;
+  bool json = false;
+};
+int RunReshard(const ReshardFlags& f);  // cmd_reshard.cc
+
+struct PlanFlags {
+  workload::LoadPlanRequest req;
+  int64_t chunk_kb = 4096;
+  bool json = false;
+};
+int RunPlan(const PlanFlags& f);  // cmd_reshard.cc
+
+struct ConvertFlags {
+  std::string src, dst, to, layout = "tp=1", compression = "none", negative_control;
+  int64_t iteration = -1, vocab_divisible_by = 128, chunk_kb = 4096;
+  double max_shard_mb = 5120;
+  bool mcore = false, stack_layers = false, extra_state = false, keep_padding = false, json = false;
+};
+int RunConvert(const ConvertFlags& f);  // cmd_convert.cc
+
+int RunGpu(bool as_json);  // cmd_gpu.cc
+
+// Runs scripts/harness/scenario_runner.py with every argument after "scenario".
+int RunScenario(const std::vector<std::string>& args);  // cmd_scenario.cc
 
 }  // namespace ckpt::cli

@@ -8,20 +8,6 @@
 
 namespace ckpt::cli {
 
-void AddCommon(CLI::App* cmd, JobFlags* f) {
-  cmd->add_option("--root", f->root, "checkpoint root directory")->required();
-  cmd->add_option("--layout", f->layout, "this job's layout, e.g. tp=4,pp=2,dp=1 (world = tp*cp*dp*pp)");
-  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective (> 0)")
-      ->check(CLI::PositiveNumber);
-  // DEVELOPER ONLY (hidden from --help): a negative control from the testing library.
-  cmd->add_flag("--naive-fc1", f->naive_fc1,
-                "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")
-      ->group("");
-  cmd->add_flag("--json", f->json, "print the summary as JSON");
-  cmd->add_option("--bucket-elems", f->bucket_elems,
-                  "DDP bucket size in elements for the optimizer layout (0: one bucket per buffer)");
-}
-
 int Fail(const char* cmd, int rank, const Status& st) {
   std::fprintf(stderr, "ckpt %s: rank %d: %s\n", cmd, rank, st.ToString().c_str());
   return ExitCodeOf(st);

@@ -1,11 +1,9 @@
-// Options shared by `ckpt save` and `ckpt load` (cmd_save.cc, cmd_load.cc),
-// and how a failing rank reports.
+// `ckpt save` and `ckpt load` (cmd_save.cc, cmd_load.cc): their shared options
+// (parsed in cli/flags_data.cc), entry points, and how a failing rank reports.
 #pragma once
 
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "ckpt/base/comm.h"
 #include "cli/gpt_job.h"
@@ -26,9 +24,9 @@ struct JobFlags {
        direct_io = false, buffered_io = false;  // --direct-io / --buffered-io (exclusive)
 };
 
-// --root, --layout, --timeout-ms, --json, --bucket-elems, and the hidden
-// developer switch --naive-fc1.
-void AddCommon(CLI::App* cmd, JobFlags* f);
+// The process exit code of the command on this rank.
+int RunSave(const JobFlags& f);
+int RunLoad(const JobFlags& f);
 
 // Prints "ckpt <cmd>: rank <r>: <status>" and returns ExitCodeOf(st).
 int Fail(const char* cmd, int rank, const Status& st);

@@ -10,6 +10,7 @@
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 
 namespace ckpt::cli {
 
