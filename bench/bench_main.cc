@@ -8,6 +8,8 @@
 //       encode/decode MB/s, 1 thread, bf16 normal(0,0.02) (table on stderr)
 //   ckpt_bench shard <MiB> <threads> <none|zstd> <dir>   ShardFileWriter MB/s
 //       with <threads> encode workers (fsync included)
+//   ckpt_bench readverify <sha256|xxh3-128> <file>...   read+hash+copy limit of a
+//       verified load, one thread per file (bench_read.cc)
 //   ckpt_bench dio <dir> <writers> <bytes each> <huge 0|1>   O_DIRECT write+fdatasync,
 //       then read back, from one 4 MiB buffer per writer (bench_direct.cc)
 // Each prints JSON lines (rank 0 for async).
@@ -52,9 +54,12 @@ int main(int argc, char** argv) {
   if (mode == "codec") return ckpt::bench::CodecTable(argc > 2 ? std::stoll(argv[2]) : 256);
   if (mode == "dio" && argc == 6)
     return ckpt::bench::DirectIoLimit(argv[2], std::stoi(argv[3]), std::stoll(argv[4]), std::string(argv[5]) == "1");
+  if (mode == "readverify" && argc >= 4)
+    return ckpt::bench::ReadVerifyLimit(argv[2], std::vector<std::string>(argv + 3, argv + argc));
   if (mode == "shard" && argc == 6) return ckpt::bench::ShardWrite(std::stoll(argv[2]), std::stoi(argv[3]), argv[4], argv[5]);
   std::fprintf(stderr,
                "usage: ckpt_bench memcpy [MiB] | async <model> <layout> <root> [rounds] | codec [MiB] | sha256 [MiB] |\n"
-               "       shard <MiB> <threads> <none|zstd> <dir> | dio <dir> <writers> <bytes each> <huge 0|1>\n");
+               "       shard <MiB> <threads> <none|zstd> <dir> | dio <dir> <writers> <bytes each> <huge 0|1> |\n"
+               "       readverify <sha256|xxh3-128> <file>...\n");
   return 2;
 }

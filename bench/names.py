@@ -27,6 +27,8 @@ def load_rows(n: int, cache: str) -> dict:
         "ckpt_load_xxh3": f"ckpt load raw XXH3-128 (auto), {cache}, {n} ranks",
         "ckpt_load_xxh3_buffered": f"ckpt load raw XXH3-128 buffered, {cache}, {n} ranks",
         "torch_load": f"torch.load, {cache}, {n} ranks",
+        "rv_sha256": f"read+SHA-256+copy into memory (C, no ckpt), {cache}, {n} readers",
+        "rv_xxh3": f"read+XXH3-128+copy into memory (C, no ckpt), {cache}, {n} readers",
     }
 
 

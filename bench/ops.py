@@ -152,6 +152,13 @@ def ckpt_load(p: Paths, root: str, ranks: int, layout: str, *flags) -> dict:
             "bytes_received": j.get("bytes_received", 0)}
 
 
+def readverify(p: Paths, hash_name: str, files) -> dict:
+    """ckpt_bench readverify: a verified load's work on these files in C (buffered reads, a digest of
+    every 4 MiB block, a copy into memory of the file's size), one thread per file."""
+    j = bench_rows(p, "readverify", hash_name, *files)[-1]
+    return {"bytes": j["bytes"], "stored_bytes": j["stored_bytes"], "seconds": j["seconds"], "readers": j["readers"]}
+
+
 def peer(p: Paths, op: str, *args) -> dict:
     j = json_lines(job([PY, os.path.join(HERE, "peers.py"), op, *args], scratch=p.dir))[-1]
     return {"bytes": j["bytes"], "stored_bytes": j["stored_bytes"], "seconds": j["seconds"], "writers": j["ranks"],

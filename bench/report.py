@@ -123,35 +123,36 @@ def save_table(by, n):
 def load_table(by, n):
     print("\n## Load (hashes verified; logical MB/s, median [min-max]; ratios per round)\n")
     print("| row | MB/s | vs dd read, same files and cache state | vs dd read O_DIRECT, same files | "
-          "vs torch.load, same cache state |")
-    print("|---|---|---|---|---|")
+          "vs torch.load, same cache state | vs the same work in C (read+hash+copy), same state |")
+    print("|---|---|---|---|---|---|")
     for cache in names.CACHES:
         r = names.load_rows(n, cache)
         if r["ckpt_load"] not in by:  # host-cached: --full only
             continue
         for key in ("ckpt_load", "ckpt_load_xxh3", "ckpt_load_buffered", "ckpt_load_xxh3_buffered"):
             if r[key] in by:
+                same_work = r["rv_xxh3" if "xxh3" in key else "rv_sha256"]
                 print(f"| {r[key]} | {spread(mbps(by, r[key]))} | "
-                      f"{ratio_cells(by, r[key], [(r['dd_read'], 0.9, True), (r['dd_read_direct'], 0.9, True), (r['torch_load'], 1.0, True)])} |")
-        for key in ("torch_load", "dd_read_direct"):
+                      f"{ratio_cells(by, r[key], [(r['dd_read'], 0.9, True), (r['dd_read_direct'], 0.9, True), (r['torch_load'], 1.0, True), (same_work, None, True)])} |")
+        for key in ("torch_load", "dd_read_direct", "rv_sha256", "rv_xxh3"):
             if r[key] in by:
                 print(f"| {r[key]} | {spread(mbps(by, r[key]))} | "
-                      f"{ratio_cells(by, r[key], [(r['dd_read'], None, True)])} | | |")
+                      f"{ratio_cells(by, r[key], [(r['dd_read'], None, True)])} | | | |")
     o, r, c = names.other_rows(n), names.load_rows(n, "page cache"), names.load_rows(n, "cold")
     z = o["ckpt_load_zstd"]
     stored = [x["stored_bytes"] / 1e6 for x in by.get(z, {}).values()]
     print(f"| {z} (stored {spread(stored)} MB) | {spread(mbps(by, z))} | "
           f"{ratio_cells(by, z, [(r['dd_read'], None, True)])} (raw files) | | "
-          f"{ratio_cells(by, z, [(r['torch_load'], None, True)])} |")
+          f"{ratio_cells(by, z, [(r['torch_load'], None, True)])} | |")
     print(f"| {o['reshard']} | {spread(mbps(by, o['reshard']))} | "
-          f"{ratio_cells(by, o['reshard'], [(o['dd_read_1'], 0.85, True)])} (1 reader) | | |")
+          f"{ratio_cells(by, o['reshard'], [(o['dd_read_1'], 0.85, True)])} (1 reader) | | | |")
     for key in ("ckpt_load", "ckpt_load_xxh3"):  # cold: auto reads direct
         v = ratios(by, c[key], o["dio_read"])
         if v:
-            print(f"| {c[key]} / O_DIRECT huge-page reader (no hash) | | {spread(v, '{:.2f}')}x | | |")
+            print(f"| {c[key]} / O_DIRECT huge-page reader (no hash) | | {spread(v, '{:.2f}')}x | | | |")
     print(f"| {o['reshard_cold']} | {spread(mbps(by, o['reshard_cold']))} | "
           f"{ratio_cells(by, o['reshard_cold'], [(c['dd_read'], 0.85, True), (c['dd_read_direct'], 0.85, True)])} "
-          f"(both {n} files, {n} readers) | |")
+          f"(both {n} files, {n} readers) | | |")
 
 
 def main(results, out):

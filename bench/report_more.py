@@ -125,6 +125,13 @@ CAVEATS = """
   memory idle for a second runs several times slower than a back-to-back one; the
   back-to-back "hot" figure is printed beside it); the snapshot copies tensor by tensor
   (merged where contiguous) from the state's own buffers.
+- dd (read): copies each file into one reused 4 MiB buffer: no hash, and the bytes never
+  reach the state's memory. "read+hash+copy (C, no ckpt)" (ckpt_bench readverify) does a
+  verified load's work on the same files - buffered 4 MiB reads, one digest per 4 MiB block
+  with ckpt's own hasher, a copy into memory of the file's size written just before - with
+  no HDF5, manifest, plan or collectives: the limit of a verified load on these cores.
+- the first save after Reserve is the median of several reserving savers (one sample of a
+  copy after idle varies 3-5x here); the steady row is the median of a round's saves.
 - host-cached reads are served by the hypervisor's cache, not the disk; only "cold" rows
   (fresh files written with O_DIRECT, never read) read the disk.
 """

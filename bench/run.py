@@ -131,6 +131,11 @@ def read_ops(refs: dict) -> list:
                 (r["ckpt_load"], lambda c=cache: ops.ckpt_load(P, prepared(c, refs["n"], "ckpt"), N, f"tp={N}")),
                 (r["ckpt_load_xxh3"], lambda c=cache: ops.ckpt_load(P, prepared(c, refs["x"], "ckpt"), N, f"tp={N}")),
                 (r["torch_load"], lambda c=cache: ops.peer(P, "torch.load", prepared(c, torch_dir, "torch")))]
+        if cache != "cold":  # a verified load's work without ckpt (buffered reads, as auto does here)
+            out += [(r["rv_sha256"], lambda c=cache: ops.readverify(P, "sha256", ops.rank_files(
+                        prepared(c, it(refs["n"]), "rv")))),
+                    (r["rv_xxh3"], lambda c=cache: ops.readverify(P, "xxh3-128", ops.rank_files(
+                        prepared(c, it(refs["x"]), "rv"))))]
         if cache != "page cache":  # there the default (auto) reads buffered: the same read
             out += [(r["dd_read_direct"],
                      lambda c=cache: ops.dd_read(ops.rank_files(prepared(c, it(refs["n"]), "dd")), N, direct=True)),
