@@ -16,6 +16,8 @@ int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
   VerifyOptions o = f.opts;
   o.iteration = iteration;
   o.stop_at_first = !f.all_problems;
+  if (f.direct_io) o.direct_io = DirectRead::kOn;
+  if (f.buffered_io) o.direct_io = DirectRead::kOff;
   auto r = VerifyCheckpoint(DefaultEnv(), f.root, o);
   if (!r.ok()) {
     out->push_back({{"ok", false}, {"iteration", iteration}, {"error", r.status().ToString()}});
@@ -26,7 +28,9 @@ int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
   const double mbps = r->seconds > 0 ? double(r->bytes_checked) / 1e6 / r->seconds : 0;
   nlohmann::json j{{"ok", r->ok()}, {"iteration", r->iteration}, {"files", r->files_checked},
                    {"chunks", r->chunks_checked}, {"bytes", r->bytes_checked}, {"seconds", r->seconds},
-                   {"mb_per_s", mbps}, {"issues", nlohmann::json::array()}};
+                   {"mb_per_s", mbps}, {"issues", nlohmann::json::array()},
+                   {"direct_io", {{"mode", DirectReadName(o.direct_io)}, {"direct_bytes", r->direct_read_bytes},
+                                  {"files_cached", r->files_cached}}}};
   for (const auto& i : r->issues)
     j["issues"].push_back({{"file", i.file}, {"tensor", i.tensor}, {"dataset", i.dataset}, {"chunk", i.chunk},
                            {"problem", i.problem}});

@@ -41,6 +41,7 @@ struct VerifyFlags {
   std::string root;
   VerifyOptions opts;
   bool json = false, all_iterations = false, all_problems = false;
+  bool direct_io = false, buffered_io = false;  // --direct-io / --buffered-io (exclusive; else opts.direct_io)
 };
 int RunVerify(const VerifyFlags& f);  // cmd_verify.cc
 

@@ -50,6 +50,11 @@ void RegisterVerify(CLI::App& app, int* exit_code) {
   cmd->add_flag("--all", f->all_iterations, "verify every iteration under the root (exit 1 if any is bad)");
   cmd->add_flag("--all-problems", f->all_problems, "report every problem, not only the first");
   cmd->add_flag("--json", f->json, "machine-readable output");
+  auto* direct = cmd->add_flag("--direct-io", f->direct_io,
+                               "read every chunk with O_DIRECT, bypassing the page cache (CKPT_DIRECT_IO=1)");
+  cmd->add_flag("--buffered-io", f->buffered_io, "read every chunk through the page cache (CKPT_DIRECT_IO=0); "
+                "default: per file, direct unless at least half of it is in the page cache")
+      ->excludes(direct);
   cmd->callback([=]() { *exit_code = RunVerify(*f); });
 }
 

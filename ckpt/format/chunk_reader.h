@@ -56,6 +56,12 @@ class ChunkReader {
   Result<std::span<const std::byte>> ReadDecoded(int file, const DatasetRecord& rec, int64_t chunk,
                                                  size_t elem_size, const std::string& what);
 
+  // Opens manifest file `file` now unless it is open: kAuto then decides from
+  // the page cache as it is at this moment (a caller about to read other parts
+  // of the file buffered - ckpt verify's metadata check - opens it first).
+  // Errors as the reads report them (missing file, wrong size).
+  Status OpenFile(int file) { return Open(file).status(); }
+
   int64_t bytes_read() const { return bytes_read_; }
   int64_t chunks_read() const { return chunks_read_; }
   int files_opened() const { return int(files_.size()); }

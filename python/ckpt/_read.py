@@ -20,7 +20,9 @@ def inspect(root, iteration=None):
 
 
 def verify(root, iteration=None):
-    """Re-reads and re-hashes every byte: a dict with ok, issues (list of str), counts."""
+    """Re-reads and re-hashes every byte: a dict with ok, issues (list of str), counts, and
+    direct_read_bytes / files_cached (chunks are read as loads read them: O_DIRECT unless a file
+    is mostly in the page cache; CKPT_DIRECT_IO=1/0 forces either)."""
     return _ckpt.verify(str(root), _iter(iteration))
 
 

@@ -135,6 +135,8 @@ pyb::dict ToDict(const VerifyReport& r) {
   d["files_checked"] = r.files_checked;
   d["chunks_checked"] = r.chunks_checked;
   d["bytes_checked"] = r.bytes_checked;
+  d["direct_read_bytes"] = r.direct_read_bytes;
+  d["files_cached"] = r.files_cached;
   d["seconds"] = r.seconds;
   pyb::list issues;
   for (const auto& i : r.issues) issues.append(i.ToString());

@@ -164,6 +164,17 @@ TEST(CliTest, DirectIoDefaultsAndBufferedIoSwitch) {
   EXPECT_EQ(j["direct_io"]["direct_bytes"], 0) << r.out;
   r = Ckpt("load --root " + root + " --layout tp=1 --direct-io --buffered-io");
   EXPECT_EQ(r.code, 2) << r.out;
+  r = Ckpt("verify " + root + " --buffered-io --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["direct_io"]["mode"], "off") << r.out;
+  EXPECT_EQ(j["direct_io"]["direct_bytes"], 0) << r.out;
+  r = Ckpt("verify " + root + " --direct-io --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["direct_io"]["mode"], "on") << r.out;
+  EXPECT_GE(j["direct_io"]["direct_bytes"], j["bytes"]) << r.out;
+  EXPECT_EQ(Ckpt("verify " + root + " --direct-io --buffered-io").code, 2);
   if (std::getenv("CKPT_DIRECT_IO")) GTEST_SKIP() << "CKPT_DIRECT_IO is set: the defaults are not in effect";
   r = Ckpt("save --root " + root + " --iter 2 --model tiny --layout tp=1 --json");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -175,6 +186,9 @@ TEST(CliTest, DirectIoDefaultsAndBufferedIoSwitch) {
   j = last_json(r);
   EXPECT_EQ(j["mismatches"], 0) << r.out;
   EXPECT_EQ(j["direct_io"]["mode"], "auto") << r.out;
+  r = Ckpt("verify " + root + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["direct_io"]["mode"], "auto") << r.out;
 }
 
 // Bad input exits 2 in every command, and the message names the command.

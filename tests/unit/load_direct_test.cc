@@ -21,6 +21,7 @@
 #include "faults/fault_env.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/verify.h"
 #include "support/state_util.h"
 #include "support/test_util.h"
 
@@ -275,6 +276,36 @@ TEST(DirectLoad, AutoReadsColdFilesDirectAndCachedFilesThroughTheCache) {
   EXPECT_EQ(cached.CountMismatches(), 0);
   EXPECT_GE(b->files_cached, 1);  // one per reader that opened it
   EXPECT_EQ(b->direct_read_bytes, 0);
+}
+
+// ckpt verify reads chunks as loads do; the choice is made before its
+// metadata check reads the file through the page cache (whose read-ahead
+// would otherwise make an evicted file look cached).
+TEST(DirectVerify, AutoReadsColdFilesDirectAndCachedFilesThroughTheCache) {
+  const Saved s = SaveOne("direct_verify_auto", true, Compression::kNone);
+  auto m = ReadManifest(DefaultEnv(), s.root, 1);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::string path = JoinPath(JoinPath(s.root, IterDirName(1)), m->files[0].name);
+  VerifyOptions o;
+  o.direct_io = DirectRead::kAuto;
+  Evict(path);
+  auto cold = VerifyCheckpoint(DefaultEnv(), s.root, o);
+  ASSERT_TRUE(cold.ok()) << cold.status().ToString();
+  EXPECT_TRUE(cold->ok());
+  EXPECT_EQ(cold->files_cached, 0);
+  EXPECT_GE(cold->direct_read_bytes, cold->bytes_checked);  // every chunk direct
+  ReadBuffered(path, m->files[0].size);
+  auto cached = VerifyCheckpoint(DefaultEnv(), s.root, o);
+  ASSERT_TRUE(cached.ok()) << cached.status().ToString();
+  EXPECT_TRUE(cached->ok());
+  EXPECT_EQ(cached->files_cached, 1);
+  EXPECT_EQ(cached->direct_read_bytes, 0);
+  o.direct_io = DirectRead::kOff;
+  Evict(path);
+  auto buffered = VerifyCheckpoint(DefaultEnv(), s.root, o);
+  ASSERT_TRUE(buffered.ok()) << buffered.status().ToString();
+  EXPECT_TRUE(buffered->ok());
+  EXPECT_EQ(buffered->direct_read_bytes, 0);
 }
 
 }  // namespace
