@@ -98,14 +98,19 @@ Result<double> TimedCopy(Comm& comm, std::byte* dst, const std::byte* src, size_
 
 // This rank's figures: rounds of (save, same-moment memcpy), first save vs
 // first-touch memcpy, reserved first save, back-to-back (hot) memcpys.
-Result<json> MeasureRank(Ctx& c, Comm& saver_comm, int rounds) {
-  const size_t n = size_t(c.sd.TotalBytes());
-  std::vector<std::byte> src(n);  // the state's bytes, contiguous
+// The state's bytes, contiguous: the source of the baseline memcpys.
+std::vector<std::byte> ContiguousBytes(const ShardedStateDict& sd) {
+  std::vector<std::byte> out(size_t(sd.TotalBytes()));
   size_t off = 0;
-  for (const TensorEntry& t : c.sd.tensors()) {
-    std::memcpy(src.data() + off, t.data.data(), t.data.size());
+  for (const TensorEntry& t : sd.tensors()) {
+    std::memcpy(out.data() + off, t.data.data(), t.data.size());
     off += t.data.size();
   }
+  return out;
+}
+
+Result<json> MeasureRank(Ctx& c, Comm& saver_comm, int rounds, const std::vector<std::byte>& src) {
+  const size_t n = src.size();
   json r = {{"bytes", n}};
   CKPT_RETURN_IF_ERROR(c.comm.Barrier(kTimeout, "first touch"));
   r["first_touch_memcpy_s"] = FirstTouchMemcpy(src.data(), n);
@@ -147,9 +152,9 @@ Result<json> MeasureRank(Ctx& c, Comm& saver_comm, int rounds) {
 // varies 3-5x on this VM (see the top of this file). Beside each first save, a
 // memcpy of the same bytes into memory mapped at the same moment as the arena
 // and idle as long (the same-moment comparator of the steady rounds).
-Result<json> ReservedFirstSaves(Ctx& c, Comm& saver_comm, double round_gap_s, int trials) {
-  const size_t n = size_t(c.sd.TotalBytes());
-  std::vector<std::byte> src(n);
+Result<json> ReservedFirstSaves(Ctx& c, Comm& saver_comm, double round_gap_s, int trials,
+                                const std::vector<std::byte>& src) {
+  const size_t n = src.size();
   std::vector<double> first, copy;
   for (int t = 0; t < trials; ++t) {
     AsyncSaver saver(&saver_comm);
@@ -215,9 +220,10 @@ Status RunAsync(const std::string& model_name, const std::string& layout, const 
   SaveOptions opts;
   CKPT_ASSIGN_OR_RETURN(ShardedStateDict sd, RankState(model_name, pc, comm->rank(), root, &state, &opts));
   Ctx c{*comm, sd, opts};
-  CKPT_ASSIGN_OR_RETURN(json mine, MeasureRank(c, *saver_comm, rounds));
+  const std::vector<std::byte> src = ContiguousBytes(sd);
+  CKPT_ASSIGN_OR_RETURN(json mine, MeasureRank(c, *saver_comm, rounds, src));
   CKPT_ASSIGN_OR_RETURN(json reserved, ReservedFirstSaves(c, *saver_comm, mine["round_s"].get<double>(),
-                                                          std::max(3, rounds / 2)));
+                                                          std::max(3, rounds / 2), src));
   mine.update(reserved);
   CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*comm, mine, kTimeout, "report"));
   if (comm->rank() == 0) PrintWorst(all, pc.ToString());

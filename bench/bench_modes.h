@@ -31,7 +31,7 @@ int ShardWrite(int64_t mib, int threads, const std::string& compression, const s
 // Prints {"op": "dio write"|"dio read", bytes, seconds, ...}.
 int DirectIoLimit(const std::string& dir, int writers, int64_t bytes_each, bool huge);
 
-// One thread per file: buffered 4 MiB reads, a ChunkHasher digest (hash_name:
+// One thread per file: buffered 4 MiB reads, a ChunkHashHex digest (hash_name:
 // sha256 | xxh3-128) of every block and a copy into memory of the file's size
 // (bench_read.cc). Prints {"op": "readverify", bytes, seconds, ...}.
 int ReadVerifyLimit(const std::string& hash_name, const std::vector<std::string>& files);

@@ -1,7 +1,7 @@
 // ckpt_bench readverify: the same work as a verified load of raw shard files,
 // without HDF5, planning or ckpt: one thread per file (as one rank per file)
 // reads it through the page cache in 4 MiB blocks into a reused buffer,
-// digests every block with ckpt's own ChunkHasher (one 4 MiB chunk = one
+// digests every block with ckpt's own ChunkHashHex (one 4 MiB chunk = one
 // digest, the default chunk size) and copies it into memory of the file's
 // size, written just before as a load's destination tensors are. dd of the
 // same files does only the first step; this shows what the other two cost.
@@ -32,7 +32,6 @@ int ReadVerifyCopy(const std::string& path, ChunkHash hash, std::vector<std::byt
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return errno;
   std::vector<std::byte> buf(kBlock);
-  ChunkHasher hasher(hash);
   size_t off = 0;
   int err = 0;
   while (off < dst.size()) {
@@ -41,9 +40,7 @@ int ReadVerifyCopy(const std::string& path, ChunkHash hash, std::vector<std::byt
       err = n < 0 ? errno : EIO;
       break;
     }
-    hasher.Reset();
-    hasher.Update(std::span<const std::byte>(buf.data(), size_t(n)));
-    if (hasher.FinishHex().empty()) err = EINVAL;
+    if (ChunkHashHex(hash, std::span<const std::byte>(buf.data(), size_t(n))).empty()) err = EINVAL;
     std::memcpy(dst.data() + off, buf.data(), size_t(n));
     off += size_t(n);
   }

@@ -45,8 +45,7 @@ Status Prepare(const JobFlags& f, LoadJob& l, int64_t iteration, int* rc) {
   CKPT_ASSIGN_OR_RETURN(l.share, ShareComm(j, f.share_reads, f.share_transport, l.o.timeout));
   l.o.share_comm = l.share.get();
   l.o.share_round_bytes = f.share_round_mb << 20;
-  if (f.direct_io) l.o.direct_io = DirectRead::kOn;  // else CKPT_DIRECT_IO decides (auto when unset)
-  if (f.buffered_io) l.o.direct_io = DirectRead::kOff;
+  l.o.direct_io = ReadModeOf(f.direct_io, f.buffered_io, l.o.direct_io);
   if (f.load_threads >= 0) l.o.threads = f.load_threads;
   return Status::Ok();
 }

@@ -16,8 +16,7 @@ int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
   VerifyOptions o = f.opts;
   o.iteration = iteration;
   o.stop_at_first = !f.all_problems;
-  if (f.direct_io) o.direct_io = DirectRead::kOn;
-  if (f.buffered_io) o.direct_io = DirectRead::kOff;
+  o.direct_io = ReadModeOf(f.direct_io, f.buffered_io, o.direct_io);
   auto r = VerifyCheckpoint(DefaultEnv(), f.root, o);
   if (!r.ok()) {
     out->push_back({{"ok", false}, {"iteration", iteration}, {"error", r.status().ToString()}});

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/base/env.h"
 #include "ckpt/base/status.h"
 #include "ckpt/protocol/fingerprint.h"
 #include "ckpt/protocol/verify.h"
@@ -29,6 +30,13 @@ inline constexpr int kExitError = 2;
 
 // The exit code of a failed command's Status (typed fields, never its text).
 int ExitCodeOf(const Status& st);
+
+// What --direct-io / --buffered-io ask of the commands that read chunks (load,
+// verify; CLI11 makes them exclusive), else `otherwise` (CKPT_DIRECT_IO's
+// choice: kAuto when unset).
+inline DirectRead ReadModeOf(bool direct_io, bool buffered_io, DirectRead otherwise) {
+  return direct_io ? DirectRead::kOn : buffered_io ? DirectRead::kOff : otherwise;
+}
 
 struct InspectFlags {
   std::string root;

@@ -29,6 +29,17 @@ void AddCommon(CLI::App* cmd, JobFlags* f) {
                   "DDP bucket size in elements for the optimizer layout (0: one bucket per buffer)");
 }
 
+// --direct-io / --buffered-io of the commands that read chunks (load, verify;
+// ReadModeOf in cli/commands.h turns them into a DirectRead).
+void AddReadIoFlags(CLI::App* cmd, bool* direct_io, bool* buffered_io) {
+  auto* direct = cmd->add_flag("--direct-io", *direct_io,
+                               "read every shard file with O_DIRECT, bypassing the page cache (CKPT_DIRECT_IO=1); "
+                               "faster from disk, slower for files still in the page cache");
+  cmd->add_flag("--buffered-io", *buffered_io, "read every shard file through the page cache (CKPT_DIRECT_IO=0); "
+                "default: per file, direct unless at least half of it is in the page cache")
+      ->excludes(direct);
+}
+
 }  // namespace
 
 void RegisterInspect(CLI::App& app, int* exit_code) {
@@ -50,11 +61,7 @@ void RegisterVerify(CLI::App& app, int* exit_code) {
   cmd->add_flag("--all", f->all_iterations, "verify every iteration under the root (exit 1 if any is bad)");
   cmd->add_flag("--all-problems", f->all_problems, "report every problem, not only the first");
   cmd->add_flag("--json", f->json, "machine-readable output");
-  auto* direct = cmd->add_flag("--direct-io", f->direct_io,
-                               "read every chunk with O_DIRECT, bypassing the page cache (CKPT_DIRECT_IO=1)");
-  cmd->add_flag("--buffered-io", f->buffered_io, "read every chunk through the page cache (CKPT_DIRECT_IO=0); "
-                "default: per file, direct unless at least half of it is in the page cache")
-      ->excludes(direct);
+  AddReadIoFlags(cmd, &f->direct_io, &f->buffered_io);
   cmd->callback([=]() { *exit_code = RunVerify(*f); });
 }
 
@@ -97,12 +104,7 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
   cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
   cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
   cmd->add_flag("--no-check", f->no_check, "skip the element check");
-  auto* direct = cmd->add_flag("--direct-io", f->direct_io,
-                               "read every shard file with O_DIRECT, bypassing the page cache (CKPT_DIRECT_IO=1); "
-                               "faster from disk, slower for files still in the page cache");
-  cmd->add_flag("--buffered-io", f->buffered_io, "read every shard file through the page cache (CKPT_DIRECT_IO=0); "
-                "default: per file, direct unless at least half of it is in the page cache")
-      ->excludes(direct);
+  AddReadIoFlags(cmd, &f->direct_io, &f->buffered_io);
   cmd->add_option("--threads", f->load_threads,
                   "read/verify/decode workers per rank (default: the cores divided by the ranks on this node)")
       ->check(CLI::PositiveNumber);
