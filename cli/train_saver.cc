@@ -142,7 +142,13 @@ std::string TrainSaver::Retain(const SaveStats& st) {
   if (!r.ok()) return "train: retention after iteration " + it + " failed: " + r.status().ToString() + "\n";
   std::string line = "train: retention after iteration " + it + ": deleted [";
   for (size_t i = 0; i < r->deleted.size(); ++i) line += (i ? "," : "") + std::to_string(r->deleted[i]);
-  line += "], kept [";
+  line += "]";
+  if (!r->unlinked.empty()) {  // say so: these were links, their targets are untouched
+    line += " (links removed, targets kept: [";
+    for (size_t i = 0; i < r->unlinked.size(); ++i) line += (i ? "," : "") + std::to_string(r->unlinked[i]);
+    line += "])";
+  }
+  line += ", kept [";
   for (size_t i = 0; i < r->kept.size(); ++i) line += (i ? "," : "") + std::to_string(r->kept[i]);
   return line + "]\n";
 }

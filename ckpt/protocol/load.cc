@@ -420,7 +420,7 @@ Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root) {
     auto it = ParseIterDirName(n);
     if (!it.ok()) continue;
     CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(JoinPath(root, n)));
-    if (info.is_dir) iters.push_back(*it);
+    if (info.IsDirOrLinkToDir()) iters.push_back(*it);  // a link to an archived iteration loads
   }
   std::sort(iters.begin(), iters.end());
   return iters;
@@ -432,7 +432,7 @@ Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iterati
   }
   const std::string dir = JoinPath(root, IterDirName(iteration));
   CKPT_ASSIGN_OR_RETURN(FileInfo d, env->Stat(dir));
-  if (!d.is_dir) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
+  if (!d.IsDirOrLinkToDir()) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
   const std::string path = JoinPath(dir, kManifestName);
   CKPT_ASSIGN_OR_RETURN(FileInfo f, env->Stat(path));
   if (!f.exists)
