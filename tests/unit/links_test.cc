@@ -186,13 +186,13 @@ TEST(RetentionLinks, AnIterationThatIsALinkLosesTheLinkOnly) {
   EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
   const size_t archived_files = std::distance(fs::directory_iterator(archived), {});
   auto r = ApplyRetention(nullptr, root, 4, {.keep_last = 1});
+  EXPECT_TRUE(c.intact());
+  EXPECT_EQ(size_t(std::distance(fs::directory_iterator(archived), {})), archived_files);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->deleted, (V{2}));
   EXPECT_EQ(r->unlinked, (V{2}));
   EXPECT_EQ(r->kept, (V{4}));
   EXPECT_FALSE(fs::exists(fs::symlink_status(root + "/" + IterDirName(2))));
-  EXPECT_TRUE(c.intact());
-  EXPECT_EQ(size_t(std::distance(fs::directory_iterator(archived), {})), archived_files);
   EXPECT_TRUE(fs::exists(archived + "/" + kManifestName));
 }
 
@@ -205,6 +205,7 @@ TEST(RetentionLinks, ALinkInsideAVictimIsRemovedNotFollowed) {
   fs::create_directory_symlink(c.dir, old + "/notes");
   fs::create_symlink(c.file(), old + "/canary_link.txt");
   auto r = ApplyRetention(nullptr, root, 4, {.keep_last = 1});
+  EXPECT_TRUE(c.intact());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->deleted, (V{2}));
   EXPECT_TRUE(r->unlinked.empty());
