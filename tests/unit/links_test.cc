@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "ckpt/convert/safetensors.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/retention.h"
@@ -225,6 +226,25 @@ TEST(VerifyLinks, AShardFileThatIsALinkIsReportedNotRead) {
   ASSERT_FALSE(rep->issues.empty());
   EXPECT_NE(rep->issues[0].problem.find("symbolic link"), std::string::npos) << rep->issues[0].problem;
   EXPECT_TRUE(c.intact());
+}
+
+// Convert inputs are the user's, not a root: a Hugging Face cache links its
+// snapshot files to blobs, and those links are followed.
+TEST(ConvertLinks, ASafetensorsInputThatIsALinkIsRead) {
+  const std::string blobs = testing::ScratchDir("hf_blobs");
+  const std::string snapshot = testing::ScratchDir("hf_snapshot");
+  auto w = convert::SafetensorsWriter::Create(DefaultEnv(), blobs + "/blob1", {{"a", DType::kFloat32, {2}, 0, 0}}, {});
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const float v[2] = {1.5f, -2};
+  ASSERT_TRUE((*w)->Write(0, 0, std::as_bytes(std::span(v))).ok());
+  ASSERT_TRUE((*w)->Finish().ok());
+  ASSERT_TRUE(convert::WriteSafetensorsIndex(DefaultEnv(), blobs + "/blob2", {{"a", "model-00001-of-00001.safetensors"}}, 8)
+                  .ok());
+  fs::create_symlink(blobs + "/blob1", snapshot + "/model-00001-of-00001.safetensors");
+  fs::create_symlink(blobs + "/blob2", snapshot + "/" + convert::kSafetensorsIndexName);
+  auto d = convert::SafetensorsDir::Open(DefaultEnv(), snapshot);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE((*d)->Find("a").ok());
 }
 
 // --- the same through the `ckpt` binary ---
