@@ -237,8 +237,8 @@ class StreamingParser {
     };
     for (auto [it, end] = boxes_.equal_range(h); it != end; ++it)
       if (same(it->second))
-        Bad(ShardPath(), "the same box and flat range as shards[" + std::to_string(it->second) +
-                             "] (a shard listed twice)");
+        Bad(ShardPath(), "overlaps shards[" + std::to_string(it->second) +
+                             "] entirely: the same box and flat range (a shard listed twice)");
     boxes_.emplace(h, EntryShards());
   }
 
