@@ -437,6 +437,9 @@ Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iterati
   CKPT_ASSIGN_OR_RETURN(FileInfo f, env->Stat(path));
   if (!f.exists)
     return Status::Corruption("checkpoint directory '" + dir + "' has no manifest: not a committed checkpoint");
+  if (f.size > kMaxManifestBytes)  // refused by its size, before a byte is read
+    return Status::Corruption("manifest '" + path + "': " + std::to_string(f.size) + " bytes, more than the limit of " +
+                              std::to_string(kMaxManifestBytes) + " (docs/FORMAT.md, limits)");
   CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, path));
   CKPT_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes, path));
   // A committed manifest must also tile every tensor exactly once (a partial,
