@@ -28,7 +28,8 @@ struct JobFlags {
 int RunSave(const JobFlags& f);
 int RunLoad(const JobFlags& f);
 
-// Prints "ckpt <cmd>: rank <r>: <status>" and returns ExitCodeOf(st).
+// Prints "ckpt <cmd>: rank <r>: <status>" ("ckpt <cmd>: <status>" for a
+// rank < 0: not known yet) and returns ExitCodeOf(st).
 int Fail(const char* cmd, int rank, const Status& st);
 
 // The communicator whose ranks share load reads (load_share.h): "dp" = ranks

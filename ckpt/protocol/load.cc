@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 
+#include "ckpt/base/key_bound.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/format/chunk_reader.h"
@@ -161,6 +162,10 @@ Result<LoadStats> LoadFromManifest(ShardedStateDict& state, const LoadOptions& o
 // a plan error, so a read-sharing group still meets) or is skipped.
 Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration) {
   Result<Manifest> m = ReadManifest(env, opts.root, iteration);
+  // Over-long keys fail before any planning or message quotes them (as a
+  // manifest failure would: a read-sharing group still meets).
+  if (Status bounded = ValidateKeyLengths(state); !bounded.ok())
+    return LoadFromManifest(state, opts, env, iteration, Result<Manifest>(bounded), bounded);
   load_internal::KeyCheck kc;
   if (m.ok()) kc = load_internal::CheckKeys(state, *m);
   const Status keys = load_internal::MissingKeysStatus(kc, opts.strict);
