@@ -4,7 +4,8 @@
 #   deadline_progress.sh <ckpt-binary> <scratch-dir>      (MPIRUN: the mpirun prefix)
 # 1. Rank 1 writes slowly but steadily (each of its ~100 pwrites +40 ms) for
 #    over two deadlines of 1500 ms: the save commits on every rank (exit 0).
-#    Before: rank 0 failed it in phase 'vote' after one deadline.
+#    Before: rank 0 failed it in phase 'vote' after one deadline. A rank whose
+#    writes stop (hung fsync) is still named in phase 'vote' and the job ends.
 # 2. Rank 0 hangs in the root fsync after the directory rename (the commit
 #    point is not reached): the job ends with exit 3 (outcome unknown) and rank
 #    1 says "outcome unknown", never "committed". Before: exit 0, "committed".
@@ -31,6 +32,18 @@ echo "slow rank 1 (every pwrite +${SLOW_MS:-40} ms: $(grep -c 'delay at' slow.er
 [[ $rc == 0 ]] || fail "the slow but steady save did not commit: $(grep 'ckpt save' slow.err | head -3)"
 awk -v s="$secs" 'BEGIN { exit !(s > 3.5) }' || fail "rank 1 was not slow ($secs s): the check proves nothing"
 [[ -e slow/iter_0000010/manifest.json ]] || fail "iteration 10 is not committed"
+
+# ---- 1b. a rank whose writes stop is named (and the job ends: MPI_Abort) ----
+rc=0
+t0=$(now)
+timeout 60 $MPIRUN -np 2 "$ckpt" save --root stall --layout tp=2 --iter 10 --timeout-ms 1000 \
+  --faults "point=env.fsync rank=1 action=hang" >stall.out 2>stall.err || rc=$?
+secs=$(secs_since "$t0")
+echo "rank 1 hung in its fsync: exit $rc after $secs s: $(grep 'ckpt save: rank 0' stall.err | cut -c1-140)"
+[[ $rc == 2 ]] || fail "exit $rc, want 2"
+grep -q "rank 0: Timeout: rank 0: no progress from rank(s) 1 within 1000 ms in phase 'vote'" stall.err ||
+  fail "rank 0 does not name rank 1: $(grep 'ckpt save' stall.err)"
+[[ ! -e stall/iter_0000010 ]] || fail "iteration 10 was committed"
 
 # ---- 2. rank 0 hangs before the commit point: outcome unknown, exit 3 ----
 rc=0
