@@ -23,10 +23,13 @@ namespace ckpt::cli {
 // codes"): 0 success; 1 the check failed - damaged data (kCorruption: a
 // flipped bit, a torn file), verify problems, mismatching values, diff found
 // differences, a save refused for NaN/Inf; 2 usage or operational error (bad
-// input, IO error, missing checkpoint, timeout, an uncaught exception).
+// input, IO error, missing checkpoint, timeout, an uncaught exception); 3 a
+// save whose outcome is unknown (kOutcomeUnknown: the iteration is visible but
+// its commit point, the root fsync, was not confirmed: check before relying on it).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitError = 2;
+inline constexpr int kExitOutcomeUnknown = 3;
 
 // The exit code of a failed command's Status (typed fields, never its text).
 int ExitCodeOf(const Status& st);

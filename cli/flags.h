@@ -8,6 +8,11 @@
 
 namespace ckpt::cli {
 
+// The --timeout-ms option of every command: a whole number of milliseconds
+// checked by CheckTimeoutMillis (ckpt/base/timeout.h, the check the Python API
+// uses too); a refusal names the value, the accepted range and why.
+CLI::Option* AddTimeoutMs(CLI::App* cmd, int64_t* timeout_ms, const std::string& what);
+
 // cli/flags_data.cc
 void RegisterInspect(CLI::App& app, int* exit_code);
 void RegisterVerify(CLI::App& app, int* exit_code);

@@ -1,8 +1,10 @@
 // Options of the checkpoint commands: inspect, verify, save, load, reshard,
 // plan, fingerprint, diff, scenario, gpu, convert (see cli/flags.h). Each
 // callback runs the command's Run* (cli/commands.h, cli/job_flags.h).
+#include <charconv>
 #include <memory>
 
+#include "ckpt/base/timeout.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/job_flags.h"
@@ -18,8 +20,7 @@ constexpr const char* kIterLatest =
 void AddCommon(CLI::App* cmd, JobFlags* f) {
   cmd->add_option("--root", f->root, "checkpoint root directory")->required();
   cmd->add_option("--layout", f->layout, "this job's layout, e.g. tp=4,pp=2,dp=1 (world = tp*cp*dp*pp)");
-  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective (> 0)")
-      ->check(CLI::PositiveNumber);
+  AddTimeoutMs(cmd, &f->timeout_ms, "deadline of every collective: how long a silent rank is waited for");
   // DEVELOPER ONLY (hidden from --help): a negative control from the testing library.
   cmd->add_flag("--naive-fc1", f->naive_fc1,
                 "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")
@@ -41,6 +42,19 @@ void AddReadIoFlags(CLI::App* cmd, bool* direct_io, bool* buffered_io) {
 }
 
 }  // namespace
+
+CLI::Option* AddTimeoutMs(CLI::App* cmd, int64_t* timeout_ms, const std::string& what) {
+  auto check = [](const std::string& text) -> std::string {
+    int64_t ms = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
+    if (ec != std::errc() || end != text.data() + text.size())
+      return "value " + text + ": not a whole number of milliseconds in " + TimeoutRangeText();
+    auto checked = CheckTimeoutMillis(ms, "value");  // CLI11 prefixes "--timeout-ms: "
+    return checked.ok() ? std::string() : checked.status().message();
+  };
+  return cmd->add_option("--timeout-ms", *timeout_ms, what + " (" + TimeoutRangeText() + ")")
+      ->check(CLI::Validator(check, "MS", "timeout"));
+}
 
 void RegisterInspect(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("inspect", "Show the tensors, shapes, dtypes, sizes and layout of a checkpoint");

@@ -13,7 +13,7 @@ void AddJobFlags(CLI::App* cmd, FaultRunFlags* f) {
   cmd->add_option("--work", f->work, "scratch directory (wiped first)")->required();
   cmd->add_option("--layout", f->layout, "the faulted job's layout");
   cmd->add_option("--model", f->model, "GPT preset[:k=v,...]");
-  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective in the jobs");
+  AddTimeoutMs(cmd, &f->timeout_ms, "deadline of every collective in the jobs");
   cmd->add_option("--mpirun", f->mpirun, "mpirun prefix before -np (default $CKPT_MPIRUN, $MPIRUN or a local one)");
   cmd->add_option("--mpi-extra", f->mpi_extra, "extra mpirun flags (default: faster MCA choices)");
   cmd->add_flag("--quiet", f->quiet, "no progress lines on stderr");
@@ -34,7 +34,7 @@ void RegisterFaultChild(CLI::App* faults, int* exit_code) {
   cmd->add_option("--trace-dir", f->trace_dir, "save: write each rank's IO trace here");
   cmd->add_option("--power-dir", f->power_dir, "save: journal for power-loss simulation (cut marker there)");
   cmd->add_option("--result-dir", f->result_dir, "per-rank outcome, fired faults, commit acks");
-  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every collective");
+  AddTimeoutMs(cmd, &f->timeout_ms, "deadline of every collective");
   cmd->add_option("--chunk-kb", f->chunk_kb, "save: target chunk size in KiB");
   cmd->add_option("--cases", f->cases, "save: run many fault cases in this job (JSON lines: root, result_dir, spec)");
   cmd->add_flag("--fallback", f->fallback, "load: fall back to the newest checkpoint that verifies");
@@ -177,7 +177,7 @@ void RegisterTrain(CLI::App& app, int* exit_code) {
                 "start a new run in a root holding newer iterations (refused by default: 'latest' would pick them)");
   cmd->add_option("--nonfinite", f->nonfinite, "NaN/Inf at save: refuse (default), warn or allow");
   cmd->add_option("--compress", f->compression, "none or zstd");
-  cmd->add_option("--timeout-ms", f->timeout_ms, "deadline of every checkpoint collective (> 0)")->check(CLI::PositiveNumber);
+  AddTimeoutMs(cmd, &f->timeout_ms, "deadline of every checkpoint collective");
   AddTrainSaveOptions(cmd, &f->save);
   cmd->add_flag("--exit-signal-handler", f->exit_signal,
                 "on SIGTERM (to any rank) save the current iteration, then exit 0 (Megatron-LM's flag)");

@@ -13,6 +13,7 @@ int Fail(const char* cmd, int rank, const Status& st) {
     std::fprintf(stderr, "ckpt %s: %s\n", cmd, st.ToString().c_str());
   else
     std::fprintf(stderr, "ckpt %s: rank %d: %s\n", cmd, rank, st.ToString().c_str());
+  if (st.code() == Code::kTimeout) NoteDeadlineFailed();  // a peer may hang: main ends the job
   return ExitCodeOf(st);
 }
 

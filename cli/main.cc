@@ -17,6 +17,7 @@ namespace ckpt::cli {
 int ExitCodeOf(const Status& st) {
   if (st.ok()) return kExitOk;
   if (st.code() == Code::kCorruption) return kExitCheckFailed;  // damaged data
+  if (st.code() == Code::kOutcomeUnknown) return kExitOutcomeUnknown;  // maybe committed: look first
   if (st.phase() == kNonFinitePhase) return kExitCheckFailed;    // the NaN/Inf guard refused the state
   return kExitError;
 }

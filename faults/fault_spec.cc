@@ -67,8 +67,8 @@ Status Check(const FaultRule& r, std::string_view text) {
   if (r.nth < 1) return bad("nth must be >= 1");
   if (r.rank < -1) return bad("rank must be >= 0");
   if (r.action == Action::kShortWrite && r.point != "env.pwrite") return bad("action=short needs point=env.pwrite");
-  if (r.persistent && r.action != Action::kEio && r.action != Action::kEnospc)
-    return bad("persistent applies to eio and enospc only");
+  if (r.persistent && r.action != Action::kEio && r.action != Action::kEnospc && r.action != Action::kDelay)
+    return bad("persistent applies to eio, enospc and delay only");
   if (r.ms < 0) return bad("ms must be >= 0");
   return Status::Ok();
 }

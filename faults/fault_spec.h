@@ -13,7 +13,8 @@
 //   path    only calls whose path contains this substring count
 //   action  crash | sigkill | powercut | eio | enospc | short | delay | hang |
 //           bitflip | truncate | delete; required
-//   persistent  eio/enospc: also every later matching call (a dead disk)
+//   persistent  eio/enospc: also every later matching call (a dead disk);
+//               delay: every later matching call is slow too (a slow disk)
 //   ms      delay length (default 100)
 //   bytes   short write: bytes kept (default: half the write)
 //   file    damage target in the committed iteration dir (default: the

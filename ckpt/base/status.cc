@@ -16,6 +16,7 @@ std::string_view CodeName(Code code) {
     case Code::kFailedPrecondition: return "FailedPrecondition";
     case Code::kUnimplemented: return "Unimplemented";
     case Code::kInternal: return "Internal";
+    case Code::kOutcomeUnknown: return "OutcomeUnknown";
   }
   return "Unknown";
 }

@@ -33,7 +33,14 @@ enum class Code {
   kFailedPrecondition,
   kUnimplemented,
   kInternal,
+  // A commit whose outcome this rank cannot know: the iteration may or may
+  // not be committed durably (e.g. rank 0 stopped between the directory
+  // rename and the fsync that makes it durable). Neither "committed" nor
+  // "nothing happened": the caller must look (load/verify) before retrying.
+  kOutcomeUnknown,
 };
+// The highest Code (wire decoders check the range against it).
+inline constexpr Code kLastCode = Code::kOutcomeUnknown;
 
 std::string_view CodeName(Code code);
 
@@ -56,6 +63,7 @@ class [[nodiscard]] Status {
   static Status FailedPrecondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
   static Status Unimplemented(std::string m) { return {Code::kUnimplemented, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+  static Status OutcomeUnknown(std::string m) { return {Code::kOutcomeUnknown, std::move(m)}; }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

@@ -46,7 +46,7 @@ Status DecodeStatus(std::string_view wire) {
   if (in.empty() || in.front() != 'S') return Malformed("status", wire);
   in.remove_prefix(1);
   if (!Take(&in, &code) || !Take(&in, &rank) || !Take(&in, &phase_len) || phase_len > in.size() ||
-      code > uint8_t(Code::kInternal) || rank < -1)
+      code > uint8_t(kLastCode) || rank < -1)
     return Malformed("status", wire);
   if (code == 0) return Status::Ok();
   std::string phase(in.substr(0, phase_len));

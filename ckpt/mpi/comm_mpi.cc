@@ -82,6 +82,7 @@ MpiSession::~MpiSession() {
 }
 
 bool MpiDeadlineFailed() { return g_deadline_failed; }
+void NoteDeadlineFailed() { g_deadline_failed = true; }
 void SetEndJobOnDeadline(bool on) { g_end_job_on_deadline = on; }
 
 void EndJobIfHung(int exit_code) {

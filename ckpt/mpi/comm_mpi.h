@@ -66,6 +66,10 @@ class MpiSession {
 //    every rank (a stopped one too) and returns. Otherwise it returns.
 // Off by default: a library user may resynchronise after a timeout.
 bool MpiDeadlineFailed();
+// Records a deadline failure noticed above the comm (a save whose rank made
+// no progress, relayed as kTimeout): a peer may be hung, so end the job as
+// after an MpiComm timeout.
+void NoteDeadlineFailed();
 void SetEndJobOnDeadline(bool on);
 void EndJobIfHung(int exit_code);
 

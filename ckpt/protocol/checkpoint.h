@@ -12,8 +12,11 @@
 //             are gathered on rank 0, which picks one writer for each
 //             distinct shard among the ranks holding a replica of it
 //             (largest first, least-loaded rank) and broadcasts the choice.
-//  3. write   each rank writes its shards into rank_<r>.h5 and fsyncs it.
-//  4. vote    each rank sends ok + its shard index (or its error) to rank 0.
+//  3. write   each rank writes its shards into rank_<r>.h5 and fsyncs it,
+//             on a worker thread; meanwhile
+//  4. vote    rounds (save_progress.h): each rank reports its write progress,
+//             then ok + its shard index (or its error) to rank 0; a rank whose
+//             writes stop for a deadline fails the save (kTimeout naming it).
 //  5. commit  rank 0 checks coverage, writes manifest.json (tmp, fsync,
 //             rename, fsync dir), fsyncs the tmp dir, renames it to iter_N
 //             (never replacing one), fsyncs the root, then replaces the
@@ -23,8 +26,8 @@
 // 0 times out on a rank in a gather (plan, vote, a load's agreement), it
 // tells the others, so every survivor's error names that rank and phase.
 // The commit point is the durable dir rename (root fsync done). An error
-// between the rename and that fsync fails the save but says the dir is
-// visible. An error after it (tracker update, the "commit" step) does not
+// between the rename and that fsync, or a rank that does not hear rank 0's
+// outcome but sees the dir, is kOutcomeUnknown (maybe committed: look first). An error after it (tracker update, the "commit" step) does not
 // fail the save: SaveStats::warning says what failed, the iteration is
 // committed and LatestIteration finds it although the tracker lags. Fsync
 // errors are never retried.

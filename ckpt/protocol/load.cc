@@ -11,6 +11,7 @@
 
 #include "ckpt/base/key_bound.h"
 #include "ckpt/base/status_wire.h"
+#include "ckpt/base/timeout.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/format/chunk_reader.h"
 #include "ckpt/protocol/load_internal.h"
@@ -457,6 +458,7 @@ Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iterati
 }
 
 Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& options) {
+  CKPT_RETURN_IF_ERROR(CheckTimeout(options.timeout, "LoadOptions::timeout"));
   const auto start = Clock::now();
   LoadOptions opts = options;
   if (opts.threads == kAutoThreads) opts.threads = DefaultWorkerThreads(opts.comm ? opts.comm : opts.share_comm);

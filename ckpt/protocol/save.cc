@@ -1,14 +1,18 @@
 // SaveCheckpoint: the multi-rank commit protocol (see checkpoint.h), built
 // from the blocks in commit.h plus the collectives that tie the ranks together.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <thread>
 
 #include "ckpt/base/status_wire.h"
+#include "ckpt/base/timeout.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/commit.h"
 #include "ckpt/protocol/save_plan.h"
+#include "ckpt/protocol/save_progress.h"
 
 namespace ckpt {
 namespace {
@@ -21,8 +25,11 @@ std::string OkMsg(const std::string& payload) { return EncodeOutcome(payload); }
 std::string ErrMsg(const Status& s) { return EncodeFailure(s); }
 // This rank aborts because another failed: Aborted, naming the cause as
 // "<CodeName>: <message>" (an abort's text without stacking "Aborted: "),
-// keeping the cause's origin rank and phase.
+// keeping the cause's origin rank and phase. A deadline failure stays
+// kTimeout (as GatherDecide relays one: the job may have a hung rank) and an
+// unknown outcome stays one (every rank must say so: it may be committed).
 Status RemoteFailure(const Status& cause) {
+  if (cause.code() == Code::kOutcomeUnknown || cause.code() == Code::kTimeout) return cause;
   std::string text = cause.code() == Code::kAborted ? cause.message() : cause.ToString();
   return Status(Code::kAborted, std::move(text), cause.origin_rank(), cause.phase());
 }
@@ -63,17 +70,24 @@ class SaveRun {
   // fails at once naming this one instead of waiting a deadline for it.
   Result<std::vector<int>> PlanMyWrites(const Status& ready);
   std::string DecidePlan(const std::vector<std::string>& held);  // rank 0
-  Result<Manifest> WriteMine(const std::vector<int>& mine);
+  Result<Manifest> WriteMine(Env* env, const std::vector<int>& mine);
   Status CheckNonFinite(const TensorEntry& t);
-  // Gathers the votes; rank 0 commits and everyone learns the outcome and
-  // any post-commit warning (stats_.warning).
-  Result<std::string> VoteAndCommit(const std::string& vote);
+  // Writes my share on a worker thread while this thread takes part in the
+  // vote rounds (save_progress.h); rank 0 commits and everyone learns the
+  // outcome and any post-commit warning (stats_.warning). The worker is
+  // joined before this returns (cancelled first if the save failed).
+  Result<std::string> WriteAndVote(const std::vector<int>& mine);
+  std::string DecideRound(VoteTally& tally, const std::vector<std::string>& msgs);  // rank 0
+  // After a failed round: a committed save (root), a wait on disk for root's
+  // outcome (my vote was sent), or the failure.
+  Result<std::string> RoundFailed(const Status& st, bool my_vote_ok, uint64_t root_bytes);
   // Non-root, after its wait for rank 0's outcome timed out: rank 0 may
   // still be writing (a bigger share than this rank's), so the deadline is
   // per phase of work: while rank 0's file keeps growing, poll the disk until
-  // the iteration is committed (-> OK with a warning: a committed save is
-  // never reported failed), the tmp dir is gone, or rank 0 made no progress
-  // for a whole deadline (-> `timed_out`).
+  // the iteration is visible (-> kOutcomeUnknown: rank 0 may have stopped
+  // before the root fsync that makes the rename durable, so "committed" would
+  // be a guess), the tmp dir is gone, or rank 0 made no progress for a whole
+  // deadline (-> `timed_out`).
   Result<std::string> AwaitOutcomeOnDisk(const Status& timed_out, uint64_t root_bytes_at_vote);
   uint64_t RootFileBytes();
   std::string DecideCommit(const std::vector<std::string>& votes);  // rank 0
@@ -95,6 +109,9 @@ class SaveRun {
   std::unique_ptr<DirLock> lease_;  // rank 0: the tmp dir's lease, held for the whole save
   bool published_ = false;  // rank 0: the directory rename happened
   bool committed_ = false;  // rank 0: ... and was made durable
+  Status vote_step_;        // my write and "vote" step (a failure is mine, reported first)
+  Status stalled_;          // rank 0: the save failed because ranks made no progress
+  Clock::time_point t_decide_;  // rank 0: when every vote was in
   SaveStats stats_;
 };
 
@@ -158,7 +175,7 @@ Status SaveRun::CheckNonFinite(const TensorEntry& t) {
                 std::string(kNonFinitePhase));
 }
 
-Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
+Result<Manifest> SaveRun::WriteMine(Env* env, const std::vector<int>& mine) {
   std::vector<const TensorEntry*> tensors;
   for (int i : mine) {
     CKPT_RETURN_IF_ERROR(CheckNonFinite(state_.tensors()[i]));
@@ -175,7 +192,7 @@ Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
   if (write.encode_threads == kAutoThreads) write.encode_threads = DefaultWorkerThreads(comm_);
   ShardWriteStats ws;
   CKPT_ASSIGN_OR_RETURN(Manifest part,
-                        WriteRankFile(env_, tmp_dir_, rank_, tensors, objects, write, opts_.hook, &ws));
+                        WriteRankFile(env, tmp_dir_, rank_, tensors, objects, write, opts_.hook, &ws));
   stats_.direct_io = ws.direct_io;
   if (!part.files.empty()) stats_.file_bytes = int64_t(part.files[0].size);
   stats_.shards_written = int64_t(part.shards.size());
@@ -185,6 +202,9 @@ Result<Manifest> SaveRun::WriteMine(const std::vector<int>& mine) {
 // Rank 0: any failed vote aborts; else the merged, checked manifest.
 Result<Manifest> SaveRun::MergeVotes(const std::vector<std::string>& votes) {
   std::vector<Manifest> parts;
+  for (int r = 0; r < int(votes.size()); ++r)  // a failed vote first, whoever has not voted yet
+    if (Result<std::string> vote = DecodeOutcome(votes[r]); !votes[r].empty() && !vote.ok())
+      return RankFailed(r, vote.status());
   for (int r = 0; r < int(votes.size()); ++r) {
     Result<std::string> vote = DecodeOutcome(votes[r]);
     if (!vote.ok()) return RankFailed(r, vote.status());
@@ -200,6 +220,8 @@ Result<Manifest> SaveRun::MergeVotes(const std::vector<std::string>& votes) {
 Status SaveRun::Commit(const std::vector<std::string>& votes) {
   Result<Manifest> m = MergeVotes(votes);
   Status st = m.ok() ? PublishCheckpoint(env_, opts_.root, tmp_dir_, *m, opts_.hook, &published_) : m.status();
+  if (!st.ok() && published_)  // visible, but the commit point (root fsync) was not reached
+    return Status(Code::kOutcomeUnknown, "outcome unknown: " + st.ToString(), rank_, "commit");
   if (!st.ok()) {
     Abandon();
     return st;
@@ -226,10 +248,13 @@ Result<std::string> SaveRun::AwaitOutcomeOnDisk(const Status& timed_out, uint64_
   auto last_change = Clock::now() - opts_.timeout;  // the whole failed wait counts as a stall
   auto committed = [&]() { return ReadManifest(env_, opts_.root, opts_.iteration).ok(); };
   while (true) {
-    if (committed())
-      return OkMsg(EncodeStatus(Warning("rank 0's outcome did not arrive in time, but iteration " +
-                                            std::to_string(opts_.iteration) + " is committed on disk",
-                                        timed_out)));
+    if (committed())  // visible; whether rank 0 made it durable (root fsync) nobody told us
+      return Status(Code::kOutcomeUnknown,
+                    "outcome unknown: iteration " + std::to_string(opts_.iteration) + " is visible under '" +
+                        opts_.root + "', but rank 0 did not confirm that it is durable (the root fsync after " +
+                        "the rename): check it (ckpt verify / load) before relying on it or saving it again; " +
+                        timed_out.message(),
+                    timed_out.origin_rank(), timed_out.phase());
     auto tmp = env_->Stat(tmp_dir_);
     if (!tmp.ok() || !tmp->exists) {
       if (committed()) continue;  // renamed between the two looks
@@ -246,23 +271,79 @@ Result<std::string> SaveRun::AwaitOutcomeOnDisk(const Status& timed_out, uint64_
   }
 }
 
-// Non-root ranks send their vote at once: their wait counts as "commit".
-Result<std::string> SaveRun::VoteAndCommit(const std::string& vote) {
-  const uint64_t root_bytes = rank_ == 0 ? 0 : RootFileBytes();
-  const auto t0 = Clock::now();
-  auto t_decide = t0;
-  auto got = comm_->GatherDecide(vote, 0, opts_.timeout, "vote", "commit", [&](std::vector<std::string> votes) {
-    t_decide = Clock::now();
-    return DecideCommit(votes);
-  });
-  Timed("vote", t0, t_decide);
-  Timed("commit", t_decide);
+std::string SaveRun::DecideRound(VoteTally& tally, const std::vector<std::string>& msgs) {
+  const auto now = Clock::now();
+  Status st = tally.Add(msgs, now);
+  if (!st.ok()) return EncodeFinal(ErrMsg(Mine(st, "vote")));
+  if (tally.Decided()) {
+    t_decide_ = now;
+    const auto& votes = tally.votes();
+    // A failed vote decides before every vote is in (MergeVotes names it first);
+    // root's own writer may still run, so nothing is removed here (Run does, after it).
+    const bool failed = std::any_of(votes.begin(), votes.end(),
+                                    [](const std::string& v) { return !v.empty() && !DecodeOutcome(v).ok(); });
+    return EncodeFinal(failed ? ErrMsg(Mine(MergeVotes(votes).status(), "commit")) : DecideCommit(votes));
+  }
+  stalled_ = tally.Stalled(now, rank_).At(rank_, "vote");
+  return stalled_.ok() ? EncodeGoOn() : EncodeFinal(ErrMsg(stalled_));
+}
+
+Result<std::string> SaveRun::RoundFailed(const Status& st, bool my_vote_ok, uint64_t root_bytes) {
   // Root committed, but a rank did not take the outcome (gone since its vote).
-  if (!got.ok() && committed_)
-    return OkMsg(EncodeStatus(Warning("the outcome did not reach every rank", got.status())));
-  if (!got.ok() && rank_ != 0 && got.status().code() == Code::kTimeout && DecodeOutcome(vote).ok())
-    return AwaitOutcomeOnDisk(got.status(), root_bytes);
-  return got;
+  if (committed_) return OkMsg(EncodeStatus(Warning("the outcome did not reach every rank", st)));
+  if (rank_ != 0 && st.code() == Code::kTimeout && my_vote_ok) return AwaitOutcomeOnDisk(st, root_bytes);
+  return st;
+}
+
+Result<std::string> SaveRun::WriteAndVote(const std::vector<int>& mine) {
+  ProgressEnv progress(env_);
+  const auto t0 = Clock::now();
+  Clock::time_point t_written;  // set by the worker, read after it is joined
+  Result<Manifest> part = Status::Internal("not written");
+  std::future<void> writer = std::async(std::launch::async, [&] {
+    part = WriteMine(&progress, mine);
+    t_written = Clock::now();
+  });
+  // Every path out joins the worker: it reads the caller's state dict.
+  struct Join {
+    std::future<void>& f;
+    ProgressEnv& p;
+    bool cancel = true;
+    ~Join() {
+      if (cancel) p.Cancel();
+      if (f.valid()) f.wait();
+    }
+  } join{writer, progress};
+  VoteTally tally(comm_->size(), opts_.timeout, t0);  // rank 0's
+  std::string vote;
+  uint64_t root_bytes = 0;
+  Clock::time_point t_voted = t0;
+  while (true) {
+    const bool written =
+        vote.empty() && writer.wait_for(ProgressInterval(opts_.timeout)) == std::future_status::ready;
+    std::string msg = !vote.empty() ? EncodeVoted() : EncodeWriting(progress.count());
+    if (written) {
+      writer.get();
+      Timed("write", t0, t_written);
+      vote_step_ = part.ok() ? Step("vote") : part.status();
+      vote = vote_step_.ok() ? OkMsg(SerializeManifest(*part)) : ErrMsg(Mine(vote_step_, "write"));
+      root_bytes = rank_ == 0 ? 0 : RootFileBytes();
+      msg = EncodeVote(vote);
+      t_voted = t_decide_ = Clock::now();
+    }
+    auto got = comm_->GatherDecide(msg, 0, opts_.timeout, "vote", "commit",
+                                   [&](std::vector<std::string> msgs) { return DecideRound(tally, msgs); });
+    std::string final_outcome;
+    Result<bool> go_on = got.ok() ? DecodeGoOn(*got, &final_outcome) : got.status();
+    if (go_on.ok() && *go_on) continue;
+    join.cancel = vote.empty();  // the save ended before my write did
+    if (!vote.empty()) {
+      Timed("vote", t_voted, std::max(t_voted, t_decide_));
+      Timed("commit", std::max(t_voted, t_decide_));
+    }
+    if (!go_on.ok()) return RoundFailed(go_on.status(), !vote.empty() && DecodeOutcome(vote).ok(), root_bytes);
+    return final_outcome;
+  }
 }
 
 Result<SaveStats> SaveRun::Run() {
@@ -284,17 +365,12 @@ Result<SaveStats> SaveRun::Run() {
     return mine.status();
   }
 
-  t0 = Clock::now();
-  Result<Manifest> part = WriteMine(*mine);
-  Timed("write", t0);
-
-  Status vote_step = part.ok() ? Step("vote") : part.status();
-  std::string vote = vote_step.ok() ? OkMsg(SerializeManifest(*part)) : ErrMsg(Mine(vote_step, "write"));
-  Result<std::string> got = VoteAndCommit(vote);
-  if (!got.ok()) Abandon();  // root: a rank late or gone in the vote
+  Result<std::string> got = WriteAndVote(*mine);  // my writer is joined from here on
   Result<std::string> outcome = got.ok() ? DecodeOutcome(*got) : got;
   if (!outcome.ok()) {
-    if (!vote_step.ok()) return Mine(vote_step, "write");  // my own failure first
+    Abandon();  // root: nothing was published (else a no-op)
+    if (!vote_step_.ok()) return Mine(vote_step_, "write");  // my own failure first
+    if (!stalled_.ok()) return stalled_;  // root: the deadline failure is mine (kTimeout, not relayed)
     return got.ok() ? RemoteFailure(outcome.status()) : got.status();
   }
   // Committed. What fails from here on is a warning, never a failed save.
@@ -309,6 +385,7 @@ Result<SaveStats> SaveRun::Run() {
 }  // namespace
 
 Result<SaveStats> SaveCheckpoint(const ShardedStateDict& state, const SaveOptions& opts) {
+  CKPT_RETURN_IF_ERROR(CheckTimeout(opts.timeout, "SaveOptions::timeout"));
   SaveRun run(state, opts);
   return run.Run();
 }

@@ -16,7 +16,7 @@ from ._comm import MpiComm, TorchComm
 from ._descriptors import ShardedObject, ShardedTensor
 from ._errors import (AbortedError, AlreadyExistsError, CkptError, CkptIOError, CkptTimeoutError,
                       CorruptionError, FailedPreconditionError, InternalError, InvalidArgumentError,
-                      NoSpaceError, NotFoundError, UnimplementedError)
+                      NoSpaceError, NotFoundError, OutcomeUnknownError, UnimplementedError)
 from ._convert import convert
 from ._read import fingerprint, inspect, read_tensor, verify
 from ._tensors import bf16_to_float32, float32_to_bf16
@@ -25,6 +25,6 @@ __all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "rese
            "TorchComm", "inspect", "verify", "fingerprint", "read_tensor", "bf16_to_float32", "float32_to_bf16",
            "CkptError", "CkptTimeoutError", "NotFoundError", "CorruptionError", "AbortedError",
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",
-           "NoSpaceError", "UnimplementedError", "InternalError"]
+           "NoSpaceError", "UnimplementedError", "InternalError", "OutcomeUnknownError"]
 
 _atexit.register(_shutdown)  # joins async saves, frees ckpt's MPI communicators; finalises MPI only if ckpt began it

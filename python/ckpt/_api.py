@@ -58,6 +58,10 @@ def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=
     direct_io: True writes the shard files with O_DIRECT (chunks of >= 64 KiB
     aligned to 4 KiB; buffered where the filesystem refuses), False through the
     page cache (chunks packed); None: CKPT_DIRECT_IO decides (on unless "0").
+    timeout: seconds a silent rank is waited for (a rank that keeps writing is
+    never cut off); 0.001 .. 604800 (7 days), else InvalidArgumentError (inf
+    too: every wait has a deadline). OutcomeUnknownError: the iteration is
+    visible but its commit point (the root fsync) was not confirmed.
     Returns this rank's stats."""
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
     return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",

@@ -76,9 +76,17 @@ class InternalError(CkptError):
     code = "Internal"
 
 
+class OutcomeUnknownError(CkptError):
+    """A save whose outcome this rank cannot know: the iteration may be committed
+    (visible, its durability unconfirmed). Check it (ckpt.verify / load) before
+    relying on it or saving that iteration again."""
+    code = "OutcomeUnknown"
+
+
 _BY_CODE = {c.code: c for c in (InvalidArgumentError, NotFoundError, AlreadyExistsError, CorruptionError,
                                 CkptIOError, NoSpaceError, CkptTimeoutError, AbortedError,
-                                FailedPreconditionError, UnimplementedError, InternalError)}
+                                FailedPreconditionError, UnimplementedError, InternalError,
+                                OutcomeUnknownError)}
 
 
 def _rebuild(code, message, rank, phase, reporting_rank, op):

@@ -15,6 +15,7 @@
 #include "py_comm.h"
 #include "py_convert.h"
 #include "py_state.h"
+#include "ckpt/base/timeout.h"
 #include "ckpt/format/manifest.h"
 
 namespace ckpt::py {
@@ -22,7 +23,9 @@ namespace {
 
 Comm* CommOf(const std::shared_ptr<CommHandle>& h) { return h ? h->get() : nullptr; }
 int RankOf(const std::shared_ptr<CommHandle>& h) { return h && h->get() ? h->get()->rank() : 0; }
-Millis MillisOf(double seconds) { return Millis(int64_t(seconds * 1000.0)); }
+// timeout=<seconds> of the Python API: the check --timeout-ms uses (timeout.h);
+// inf, NaN, 0 and more than 7 days raise InvalidArgumentError saying the range.
+Millis MillisOf(double seconds, const char* op) { return Value(CheckTimeoutSeconds(seconds, "timeout"), -1, op); }
 
 SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::string& compress, double timeout_s,
                      const std::string& metadata, const std::string& layout, int64_t chunk_bytes,
@@ -34,7 +37,7 @@ SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::stri
   o.allow_older = allow_older;
   o.root = root;
   o.iteration = iteration;
-  o.timeout = MillisOf(timeout_s);
+  o.timeout = Value(CheckTimeoutSeconds(timeout_s, "timeout"), rank, op);
   o.write.codec.compression = Value(ParseCompression(compress), rank, op);
   if (chunk_bytes > 0) o.write.chunk_bytes = chunk_bytes;
   o.metadata = nlohmann::json::parse(metadata);
@@ -68,7 +71,7 @@ pyb::tuple Load(const pyb::list& tensors, const pyb::list& objects, const std::s
   o.root = root;
   o.iteration = iteration;
   o.comm = CommOf(comm);
-  o.timeout = MillisOf(timeout_s);
+  o.timeout = MillisOf(timeout_s, "load");
   o.verify_hashes = verify_hashes;
   o.fallback = fallback;
   o.strict = Value(ParseStrictMode(strict), RankOf(comm), "load");
@@ -172,7 +175,7 @@ double CommBench(const std::shared_ptr<CommHandle>& h, const std::string& op, in
   Comm* c = CommOf(h);
   if (!c) Check(Status::InvalidArgument("comm_bench needs a comm"), 0, "comm_bench");
   const std::string msg(size_t(bytes), 'x');
-  const Millis t = MillisOf(timeout_s);
+  const Millis t = MillisOf(timeout_s, "comm_bench");
   pyb::gil_scoped_release nogil;
   Check(c->Barrier(t, "bench-start"), c->rank(), "comm_bench");
   const auto t0 = std::chrono::steady_clock::now();

@@ -15,7 +15,7 @@ Status StatusOfPython(pyb::error_already_set& e) {
   Code code = Code::kAborted;
   if (pyb::hasattr(e.value(), "code")) {
     const std::string name = pyb::str(e.value().attr("code"));
-    for (int c = 1; c <= int(Code::kInternal); ++c)
+    for (int c = 1; c <= int(kLastCode); ++c)
       if (CodeName(Code(c)) == name) code = Code(c);
   }
   std::string text = pyb::hasattr(e.value(), "message") ? pyb::str(e.value().attr("message")) : pyb::str(e.value());

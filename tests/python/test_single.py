@@ -320,3 +320,23 @@ def test_errors_never_say_rank_minus_one(root):
             ckpt.save(sd, root, 1, **kw)
         assert e.value.rank == 0 and "rank -1" not in str(e.value), str(e.value)
     assert str(ckpt.CkptError("unknown origin")) == "Internal: unknown origin"
+
+
+def test_timeouts_are_checked_as_numbers(root):
+    """Issue 28 item 6: inf, NaN, 0, negative and > 7 days are refused at once
+    with the accepted range (before: inf failed "within -9223372036854775808 ms",
+    0 was taken); the async save checks the same way."""
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.ones(8))}
+    for bad in (float("inf"), float("nan"), 0, 0.0004, -1.0, 1e9):
+        with pytest.raises(ckpt.InvalidArgumentError) as e:
+            ckpt.save(sd, root, 1, timeout=bad)
+        assert "1 .. 604800000 ms" in e.value.message and len(e.value.message) < 300, e.value.message
+        assert "9223372036854775808" not in e.value.message
+        with pytest.raises(ckpt.InvalidArgumentError):
+            ckpt.load(sd, root, timeout=bad)
+    assert "no deadline is not allowed" in str(pytest.raises(ckpt.InvalidArgumentError, ckpt.save, sd, root, 1,
+                                                             timeout=float("inf")).value)
+    with pytest.raises(ckpt.InvalidArgumentError):
+        ckpt.async_save(sd, root, 1, timeout=float("inf")).wait(timeout=60)
+    assert ckpt.save(sd, root, 1, timeout=0.5)["iteration"] == 1
+    assert issubclass(ckpt.OutcomeUnknownError, ckpt.CkptError) and ckpt.OutcomeUnknownError.code == "OutcomeUnknown"

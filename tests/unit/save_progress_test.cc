@@ -1,0 +1,192 @@
+// Deadlines that measure progress (issue 28, items 3, 4 and 6), threads as
+// ranks: a rank that writes slowly but steadily for several deadlines commits;
+// a rank whose writes stop is named within about a deadline; a non-root rank
+// that cannot learn whether rank 0 made the rename durable reports an unknown
+// outcome, never "committed"; timeouts are checked as numbers.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <thread>
+
+#include "ckpt/base/timeout.h"
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/save_progress.h"
+#include "faults/fault_env.h"
+#include "faults/fault_spec.h"
+#include "support/state_util.h"
+#include "support/test_util.h"
+
+namespace ckpt {
+namespace {
+
+using testing::Desc;
+using testing::OwnedState;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+bool Has(const Status& s, const std::string& part) { return s.message().find(part) != std::string::npos; }
+
+struct RankResult {
+  Status status;
+  double seconds = 0;
+};
+
+// Saves rows [rows r, rows (r + 1)) of "w" (rows x 256 float32 per rank, in
+// 4 KiB chunks) from `n` thread-ranks; rank r's IO goes through the fault plan
+// plans[r] (empty: none); `hook` (if set) runs at every protocol step.
+std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, int n, int64_t rows, Millis timeout,
+                                       const std::vector<std::string>& plans, const StepHook& hook = nullptr) {
+  auto comms = MakeThreadComms(n);
+  std::vector<RankResult> out(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      const auto t0 = Clock::now();
+      OwnedState s;
+      s.Add(Desc("w", DType::kFloat32, {rows * n, 256}, {rows * r, 0}, {rows, 256}), true);
+      SaveOptions o;
+      o.root = root;
+      o.iteration = iter;
+      o.comm = comms[r].get();
+      o.timeout = timeout;
+      o.write.chunk_bytes = 4096;
+      o.write.direct_io = false;
+      o.hook = hook;
+      std::unique_ptr<faults::FaultEnv> fenv;
+      if (r < int(plans.size()) && !plans[r].empty()) {
+        faults::FaultEnv::Options fo;
+        fo.rank = r;
+        fo.plan = *faults::ParseFaultPlan(plans[r]);
+        fenv = std::make_unique<faults::FaultEnv>(DefaultEnv(), std::move(fo));
+        o.env = fenv.get();
+      }
+      out[r].status = SaveCheckpoint(s.dict(), o).status();
+      out[r].seconds = Since(t0);
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// Item 3: rank 1 writes ~20 pieces at 100 ms each (~2 s, over 6 deadlines of
+// 300 ms) while making progress all the time: the save commits on every rank.
+// Before: rank 0 waited one deadline in the vote gather and failed naming rank 1.
+TEST(SaveProgress, SlowButSteadyNonRootWriterCommits) {
+  const std::string root = testing::ScratchDir("progress_slow");
+  auto res = SaveWithFaults(root, 7, 2, 64, Millis(300), {"", "point=env.pwrite rank=1 action=delay ms=100 persistent"});
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(res[r].status.ok()) << "rank " << r << ": " << res[r].status.ToString();
+  EXPECT_GT(res[1].seconds, 1.5) << "the slow writer was not slow: the test proves nothing";
+  EXPECT_TRUE(fs::exists(root + "/" + IterDirName(7)));
+}
+
+// Item 3: rank 1's writes stop (its fsync takes 2.5 s) under a 300 ms deadline:
+// rank 0 names it in phase 'vote' long before the fsync ends, every rank fails
+// with kTimeout, nothing is committed.
+TEST(SaveProgress, StalledWriterIsNamedWithinAboutTheDeadline) {
+  const std::string root = testing::ScratchDir("progress_stall");
+  auto res = SaveWithFaults(root, 7, 3, 8, Millis(300), {"", "point=env.fsync rank=1 action=delay ms=2500"});
+  for (int r : {0, 2}) {
+    EXPECT_EQ(res[r].status.code(), Code::kTimeout) << r << ": " << res[r].status.ToString();
+    EXPECT_TRUE(Has(res[r].status, "no progress from rank(s) 1 within 300 ms in phase 'vote'"))
+        << res[r].status.ToString();
+    EXPECT_LT(res[r].seconds, 0.3 * 1.25 + 1.0) << r;
+  }
+  EXPECT_FALSE(res[1].status.ok());
+  EXPECT_FALSE(fs::exists(root + "/" + IterDirName(7)));
+}
+
+// Item 4: rank 0 stalls between the directory rename and the root fsync (the
+// commit point) longer than rank 1 waits for the outcome: rank 1 sees the
+// directory but cannot know it is durable, so it reports kOutcomeUnknown (before:
+// OK, "committed on disk"). Rank 0 itself then finishes the fsync: committed.
+TEST(SaveProgress, UnconfirmedCommitPointIsAnUnknownOutcomeNotACommit) {
+  const std::string root = testing::ScratchDir("progress_rootfsync");
+  auto hook = [](std::string_view step, int rank) {
+    if (step == "root_fsync" && rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    return Status::Ok();
+  };
+  auto res = SaveWithFaults(root, 7, 2, 8, Millis(300), {}, hook);
+  EXPECT_TRUE(res[0].status.ok()) << res[0].status.ToString();
+  EXPECT_EQ(res[1].status.code(), Code::kOutcomeUnknown) << res[1].status.ToString();
+  EXPECT_TRUE(Has(res[1].status, "did not confirm that it is durable")) << res[1].status.ToString();
+  EXPECT_TRUE(Has(res[1].status, "phase 'commit'")) << res[1].status.ToString();
+}
+
+// Item 4: the root fsync fails: every rank reports kOutcomeUnknown (the
+// directory is visible, maybe not durable), not a plain failure or success.
+TEST(SaveProgress, FailedRootFsyncIsAnUnknownOutcomeOnEveryRank) {
+  const std::string root = testing::ScratchDir("progress_rootfsync_eio");
+  auto hook = [](std::string_view step, int) {
+    return step == "root_fsync" ? Status::IOError("injected") : Status::Ok();
+  };
+  auto res = SaveWithFaults(root, 7, 2, 8, Millis(5000), {}, hook);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(res[r].status.code(), Code::kOutcomeUnknown) << r << ": " << res[r].status.ToString();
+    EXPECT_TRUE(Has(res[r].status, "is visible but its rename may not survive a crash")) << res[r].status.ToString();
+  }
+}
+
+// Item 6: one check of a timeout, with the range in every refusal.
+TEST(TimeoutCheck, RefusesWhatIsNotADeadlineAndSaysTheRange) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double s : {inf, -inf, std::nan(""), 0.0, -1.0, 0.0004, 1e12}) {
+    auto r = CheckTimeoutSeconds(s, "timeout");
+    ASSERT_FALSE(r.ok()) << s;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_TRUE(Has(r.status(), "1 .. 604800000 ms")) << r.status().ToString();
+    EXPECT_LT(r.status().message().size(), 240u) << r.status().ToString();
+  }
+  EXPECT_TRUE(Has(CheckTimeoutSeconds(inf, "timeout").status(), "no deadline is not allowed"));
+  EXPECT_EQ(CheckTimeoutSeconds(0.0015, "timeout")->count(), 2);
+  EXPECT_EQ(CheckTimeoutSeconds(60, "timeout")->count(), 60000);
+  for (int64_t ms : {int64_t(0), int64_t(-5), int64_t(9223372036854), std::numeric_limits<int64_t>::max()}) {
+    auto r = CheckTimeoutMillis(ms, "--timeout-ms");
+    ASSERT_FALSE(r.ok()) << ms;
+    EXPECT_TRUE(Has(r.status(), "--timeout-ms " + std::to_string(ms) + " ms")) << r.status().ToString();
+  }
+  EXPECT_EQ(CheckTimeoutMillis(1, "x")->count(), 1);
+  EXPECT_EQ(CheckTimeoutMillis(604800000, "x")->count(), 604800000);
+}
+
+// Item 6: the library refuses such a timeout at once (before: Millis(0) was
+// taken and every collective failed; a huge one overflowed the deadline).
+TEST(TimeoutCheck, SaveAndLoadRefuseAnOutOfRangeTimeout) {
+  OwnedState s;
+  s.Add(Desc("w", DType::kFloat32, {4, 4}, {0, 0}, {4, 4}), true);
+  SaveOptions o;
+  o.root = testing::ScratchDir("timeout_refused");
+  o.timeout = Millis(0);
+  EXPECT_EQ(SaveCheckpoint(s.dict(), o).status().code(), Code::kInvalidArgument);
+  o.timeout = Millis(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(SaveCheckpoint(s.dict(), o).status().code(), Code::kInvalidArgument);
+  LoadOptions l;
+  l.root = o.root;
+  l.timeout = Millis(0);
+  EXPECT_EQ(LoadCheckpoint(s.dict(), l).status().code(), Code::kInvalidArgument);
+}
+
+// The round wire: checked decoding, the stall rule.
+TEST(VoteRounds, TallyDecidesOnVotesAndNamesSilentWriters) {
+  const auto t0 = Clock::now();
+  VoteTally tally(3, Millis(100), t0);
+  ASSERT_TRUE(tally.Add({EncodeVote("Ook"), EncodeWriting(1), EncodeWriting(5)}, t0).ok());
+  EXPECT_FALSE(tally.Decided());
+  ASSERT_TRUE(tally.Add({EncodeVoted(), EncodeWriting(2), EncodeWriting(5)}, t0 + Millis(150)).ok());
+  Status st = tally.Stalled(t0 + Millis(150), 0);
+  EXPECT_EQ(st.code(), Code::kTimeout);
+  EXPECT_TRUE(Has(st, "rank 0: no progress from rank(s) 2 within 100 ms in phase 'vote'")) << st.ToString();
+  EXPECT_TRUE(tally.Add({EncodeVoted(), "junk", EncodeWriting(5)}, t0).code() == Code::kInternal);
+  ASSERT_TRUE(tally.Add({EncodeVoted(), EncodeVote("Ook"), EncodeVote("E")}, t0).ok());
+  EXPECT_TRUE(tally.Decided());
+  std::string final_outcome;
+  EXPECT_TRUE(*DecodeGoOn(EncodeGoOn(), &final_outcome));
+  EXPECT_FALSE(*DecodeGoOn(EncodeFinal("Ox"), &final_outcome));
+  EXPECT_EQ(final_outcome, "Ox");
+  EXPECT_EQ(DecodeGoOn("", &final_outcome).status().code(), Code::kInternal);
+}
+
+}  // namespace
+}  // namespace ckpt
