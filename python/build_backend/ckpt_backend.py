@@ -13,9 +13,11 @@ with the package and its HDF5 plugin), stages the CMake install components
 The version is CMakeLists.txt's `project(ckpt VERSION ...)`.
 
 Config settings (pip -C key=value):
-    build-dir=DIR   build in DIR instead; an already configured build tree is
-                    built as it is (not reconfigured): the ctest python_pip_install
-                    packages the test build this way in seconds.
+    build-dir=DIR   configure and build in DIR instead; if DIR is an already
+                    configured build tree, package what it holds, neither
+                    reconfigured nor rebuilt (build it first: `ninja -C DIR ckpt
+                    ckpt_python`): tests/python/test_install.py packages the
+                    test build this way in seconds, while other tests run.
 CMAKE_BUILD_PARALLEL_LEVEL bounds the compile jobs (default: all cores);
 CMAKE_CXX_COMPILER_LAUNCHER=ccache is honoured by CMake itself.
 """
@@ -83,15 +85,20 @@ def _configure(build):
     _run(["cmake", "-S", SOURCE, "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
           f"-DCMAKE_CXX_FLAGS_RELEASE={opt}", f"-DCMAKE_C_FLAGS_RELEASE={opt}",
           "-DBUILD_TESTING=OFF", "-DCKPT_BENCH=OFF", "-DCKPT_PYTHON=ON",
+          # pybind11 links the extension with -flto in Release unless this is set: a
+          # serial LTO link of glue code (the library objects are not LTO objects)
+          "-DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF",
           f"-DPYTHON_EXECUTABLE={sys.executable}", f"-Dpybind11_DIR={_pybind11_dir()}"])
 
 
 def _build(settings):
-    """Builds the command and the package; returns the build folder."""
+    """Builds the command and the package (unless reusing a build tree); returns the build folder."""
     given = (settings or {}).get("build-dir")
     build = os.path.abspath(given) if given else os.path.join(SOURCE, "build-pip")
-    if not (given and os.path.isfile(os.path.join(build, "CMakeCache.txt"))):
-        _configure(build)
+    if given and os.path.isfile(os.path.join(build, "CMakeCache.txt")):
+        _log(f"packaging the build tree {build} as it is")
+        return build
+    _configure(build)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
     _run(["cmake", "--build", build, "--parallel", jobs, "--target", "ckpt", "ckpt_python"])
     return build

@@ -28,19 +28,22 @@ std::vector<std::string> PluginPaths() {
   return paths;
 }
 
-// Appends `dir` unless the table holds it already; returns the table after.
-std::vector<std::string> AppendPluginPath(const std::string& dir) {
+// Puts `dir` first unless the table holds it already; returns the table after.
+// First, not last: HDF5 1.10 stops its search with an error at a folder that
+// does not exist, and its default (/usr/lib/.../hdf5/serial/plugins on
+// Debian) usually does not.
+std::vector<std::string> PrependPluginPath(const std::string& dir) {
   std::vector<std::string> paths = PluginPaths();
   for (const std::string& p : paths)
     if (p == dir) return paths;
-  if (H5PLappend(dir.c_str()) < 0)
-    Check(Status::Internal("H5PLappend(" + dir + ") failed"), 0, "hdf5 plugin path");
-  paths.push_back(dir);
+  if (H5PLprepend(dir.c_str()) < 0)
+    Check(Status::Internal("H5PLprepend(" + dir + ") failed"), 0, "hdf5 plugin path");
+  paths.insert(paths.begin(), dir);
   return paths;
 }
 
 }  // namespace
 
-void DefineHdf5(pybind11::module_& m) { m.def("hdf5_plugin_path_append", &AppendPluginPath); }
+void DefineHdf5(pybind11::module_& m) { m.def("hdf5_plugin_path_prepend", &PrependPluginPath); }
 
 }  // namespace ckpt::py
