@@ -95,6 +95,8 @@ def test_install_into_prefix_imports_and_round_trips(tmp_path):
         site = prefix / "lib" / f"python3.{sys.version_info[1]}" / "site-packages"
     assert (site / "ckpt" / "__init__.py").exists(), list(prefix.rglob("*"))
     assert (site / "ckpt" / "hdf5-plugins" / "libckpt_h5zstd.so").exists()
+    dyn = run(["readelf", "-d", str(prefix / "bin" / "ckpt")], tmp_path, user_env()).stdout
+    assert "$ORIGIN/../lib" in dyn, dyn  # installed binaries find libckpt*.so without LD_LIBRARY_PATH
     work = tmp_path / "work"
     work.mkdir()
     path = check_as_user(sys.executable, str(prefix / "bin" / "ckpt"), work, user_env(PYTHONPATH=str(site)))
