@@ -8,8 +8,11 @@
 #   reads, 1 scaling round (~5 min on 2 cores); --full (or CKPT_BENCH_FULL=1): the
 #   1.02 GB demo state, 5 rounds, 1-rank rows and host-cached reads too, sizes up
 #   to ~4 GB, 1/2/4 ranks (15+ min).
-# make install [PREFIX=/usr/local] : install the command, libraries, headers,
-#   CMake package, pkg-config files and the HDF5 plugin (CMakeLists.txt "Install").
+# make install [PREFIX=/usr/local] : build only what is installed (no tests, no
+#   benches) and install the command, libraries, headers, CMake package,
+#   pkg-config files, the Python package and the HDF5 plugin
+#   (cmake/CkptInstall.cmake). `pip install .` builds the command and the
+#   Python package alone (pyproject.toml; README "Install").
 # make sanitize : unit tests under ASan+UBSan in $(SAN_BUILD) (.ci/run).
 # make fuzz [FUZZ_SECONDS=120 FUZZ_SEED=n] : the fuzzer (tests/fuzz) under
 #   ASan+UBSan in the same build dir: every corpus input replayed verbatim,
@@ -88,7 +91,9 @@ fuzz: san-configure
 		--seed $(FUZZ_SEED) --seeds tests/fuzz/corpus --corpus $(SAN_BUILD)/fuzz/found \
 		--crashes $(SAN_BUILD)/fuzz/crashes --max-rss-mb 2048 --hang-seconds 20
 
-install: build
+# Builds only what is installed (target ckpt_products), not the tests and benches.
+install: configure
+	cmake --build $(BUILD) -j $(JOBS) --target ckpt_products
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:

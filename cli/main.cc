@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   using namespace ckpt::cli;
   CLI::App app{"ckpt: sharded checkpoint, reshard and reliability tool for Megatron-style training"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "ckpt " CKPT_VERSION);
   // A collective that failed by its deadline ends the whole job (comm_mpi.h).
   ckpt::SetEndJobOnDeadline(true);
   int exit_code = kExitOk;

@@ -1,6 +1,7 @@
 # Install: `make install` (PREFIX, default /usr/local) or
-# `cmake --install <build> --prefix <dir>`. Layout under the prefix:
-#   bin/ckpt                              the command
+# `cmake --build <build> --target ckpt_products && cmake --install <build> --prefix <dir>`.
+# Layout under the prefix:
+#   bin/ckpt                              the command (RPATH $ORIGIN/../lib)
 #   lib/libckpt.so.0.1.0 (+ .so.0.1, .so)      layers 0-4: base, reshard, the zstd
 #   lib/libckpt.a                         filter, format, protocol
 #   lib/libckpt_mpi.so.0.1, libckpt_mpi.a the MPI Comm (links libckpt)
@@ -10,6 +11,8 @@
 #                                         (shared), ckpt::ckpt_static, ckpt::mpi_static
 #   lib/pkgconfig/ckpt.pc, ckpt-mpi.pc
 #   lib/ckpt/hdf5-plugins/libckpt_h5zstd.so  HDF5 filter 32015 (HDF5_PLUGIN_PATH)
+#   lib/python3.N/dist-packages/ckpt/     the Python package (python/, component
+#                                         "python"), hdf5-plugins/ inside it
 # The libraries reuse the objects of the per-folder targets: nothing is
 # compiled twice. docs/DESIGN.md "Layers" says which layers they hold.
 include(CMakePackageConfigHelpers)
@@ -87,7 +90,9 @@ set_target_properties(ckpt_static PROPERTIES EXPORT_NAME ckpt_static)
 set_target_properties(ckpt_mpi_shared PROPERTIES EXPORT_NAME mpi)
 set_target_properties(ckpt_mpi_static PROPERTIES EXPORT_NAME mpi_static)
 
-install(TARGETS ckpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# Component "cli": the command alone (python/build_backend puts it in a wheel
+# with component "python"); the rest is component Unspecified.
+install(TARGETS ckpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
 install(TARGETS ckpt_shared ckpt_static ckpt_mpi_shared ckpt_mpi_static ckpt_dep_hdf5 ckpt_dep_zstd ckpt_dep_xxhash
                 ckpt_dep_mpi EXPORT ckptTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -116,3 +121,11 @@ endforeach()
 # against the installed include root).
 string(REPLACE ";" "\n" _ckpt_headers "${CKPT_PUBLIC_HEADERS};${CKPT_MPI_PUBLIC_HEADERS}")
 file(WRITE ${PROJECT_BINARY_DIR}/package/public_headers.txt "${_ckpt_headers}\n")
+
+# Everything the install rules above (and python/) install, and nothing else:
+# `make install` builds this target, not the tests and benches (ALL).
+add_custom_target(ckpt_products)
+add_dependencies(ckpt_products ckpt ckpt_shared ckpt_static ckpt_mpi_shared ckpt_mpi_static ckpt_h5zstd)
+if(TARGET ckpt_python)
+  add_dependencies(ckpt_products ckpt_python)
+endif()

@@ -11,6 +11,8 @@ tensors are read and written in place, never copied by the binding.
 import atexit as _atexit
 
 from . import _ckpt
+from ._hdf5 import add_plugin_path as _add_hdf5_plugin_path
+from ._version import __version__
 from ._api import AsyncSaveHandle, async_save, load, reserve_async_save, save, shutdown as _shutdown
 from ._comm import MpiComm, TorchComm
 from ._descriptors import ShardedObject, ShardedTensor
@@ -27,4 +29,5 @@ __all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "rese
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",
            "NoSpaceError", "UnimplementedError", "InternalError", "OutcomeUnknownError"]
 
+_add_hdf5_plugin_path()  # h5py reads zstd shards after `import ckpt` (_hdf5.py)
 _atexit.register(_shutdown)  # joins async saves, frees ckpt's MPI communicators; finalises MPI only if ckpt began it

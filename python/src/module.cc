@@ -14,6 +14,7 @@
 
 #include "py_comm.h"
 #include "py_convert.h"
+#include "py_hdf5.h"
 #include "py_state.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/format/manifest.h"
@@ -220,6 +221,7 @@ PYBIND11_MODULE(_ckpt, m) {
   m.def("memcpy_seconds", &MemcpySeconds);
   m.def("comm_bench", &CommBench);
   DefineConvert(m);
+  DefineHdf5(m);
   pyb::class_<PyAsyncSaver>(m, "AsyncSaver")
       .def(pyb::init<std::shared_ptr<CommHandle>>())
       .def("start", &PyAsyncSaver::Start)
