@@ -209,3 +209,30 @@ def test_from_megatron_duck_typed():
     out = ckpt.from_megatron(sd)["a"]
     assert isinstance(out, ckpt.ShardedTensor)
     assert (out.global_shape, out.global_offset, out.local_shape) == ((4, 2, 3), (1, 0, 0), (1, 2, 3))
+
+
+def test_tp2_saved_loads_at_tp1(tmp_path):
+    """Both TP ranks' shards saved by one process, loaded whole at TP1 in place."""
+    torch.manual_seed(0)
+    full = {"col.weight": torch.randn(8, 6), "row.weight": torch.randn(3, 8), "norm.weight": torch.randn(3)}
+
+    def net(tp_rank, tp_size):
+        m = torch.nn.ModuleDict({"col": torch.nn.Linear(6, 8 // tp_size, bias=False),
+                                 "row": torch.nn.Linear(8 // tp_size, 3, bias=False),
+                                 "norm": torch.nn.LayerNorm(3, elementwise_affine=True)})
+        with torch.no_grad():
+            m["col"].weight.copy_(full["col.weight"].chunk(tp_size, 0)[tp_rank])
+            m["row"].weight.copy_(full["row.weight"].chunk(tp_size, 1)[tp_rank])
+            m["norm"].weight.copy_(full["norm.weight"])
+        return m
+    rules = {"col.*": 0, "row.*": 1}
+    sd = {}
+    for r in range(2):
+        st = ckpt.TorchState(net(r, 2), tp=ckpt.TensorParallel(r, 2, rules=rules), rng=False)
+        sd.update({f"{k}@{r}": d for k, d in ckpt.torch_bridge.flat_state(st.sharded_state_dict()).items()})
+    ckpt.save(sd, tmp_path, 1)
+    m1 = torch.nn.ModuleDict({"col": torch.nn.Linear(6, 8, bias=False), "row": torch.nn.Linear(8, 3, bias=False),
+                              "norm": torch.nn.LayerNorm(3)})
+    ckpt.load_state(ckpt.TorchState(m1, tp=ckpt.TensorParallel(0, 1, rules=rules), rng=False), tmp_path)
+    for k, v in full.items():
+        assert torch.equal(m1.state_dict()[k], v), k
