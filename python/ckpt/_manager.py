@@ -71,6 +71,7 @@ class CheckpointManager:
         self._pending = None  # (handle, iteration) of an async save in flight
         self._signalled = False
         self.restored = None  # the iteration restore() loaded
+        self._last = None  # the newest iteration saved or restored (never saved twice)
         if preemption_signals and threading.current_thread() is threading.main_thread():
             for sig in preemption_signals:
                 signal.signal(sig, self._on_signal)
@@ -92,7 +93,7 @@ class CheckpointManager:
         if iteration is None and latest(self.root) is None:
             return None
         kw = {"fallback": iteration is None, **self.load_kwargs}
-        self.restored = load_state(self.state, self.root, iteration, comm=self.comm, **kw)
+        self.restored = self._last = load_state(self.state, self.root, iteration, comm=self.comm, **kw)
         if self.restored < (latest(self.root) or -1):  # newer ones are damaged: saves go on from here
             self.save_kwargs.setdefault("allow_older", True)
         return self.restored
@@ -120,11 +121,15 @@ class CheckpointManager:
 
     def save(self, step, force=False):
         """Saves iteration `step` when due (step % save_every == 0), forced, or
-        preempted; returns True if it saved. On preemption it joins the save and
-        raises SystemExit(0) (exit_on_preemption) after it committed."""
+        preempted, unless it saved or restored `step` already; returns True if
+        it saved. On preemption it joins the save and raises SystemExit(0)
+        (exit_on_preemption) once it committed."""
         preempted = self._agree_preempted()
-        if not (force or preempted or self.should_save(step)):
+        if step == self._last or not (force or preempted or self.should_save(step)):
+            if preempted:  # this step is saved already
+                self._exit()
             return False
+        self._last = step
         from .torch_bridge import async_save_state, save_state
         self.wait()
         if self.async_save and not preempted:
@@ -133,10 +138,13 @@ class CheckpointManager:
             save_state(self.state, self.root, step, comm=self.comm, **self.save_kwargs)
             self._retain(step)
         if preempted:
-            self.wait()
-            if self.exit_on_preemption:
-                raise SystemExit(0)
+            self._exit()
         return True
+
+    def _exit(self):
+        self.wait()
+        if self.exit_on_preemption:
+            raise SystemExit(0)
 
     def _retain(self, iteration):
         if self.rank == 0 and (self.keep_last or self.keep_every):
