@@ -35,8 +35,8 @@ __all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "rese
            "TorchComm", "inspect", "verify", "fingerprint", "read_tensor", "bf16_to_float32", "float32_to_bf16",
            "CkptError", "CkptTimeoutError", "NotFoundError", "CorruptionError", "AbortedError",
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",
-           "NoSpaceError", "UnimplementedError", "InternalError", "TorchState", "TensorParallel",
-           "mark_tensor_parallel", "save_state", "async_save_state", "load_state", "from_megatron",
-           "CheckpointManager", "list_iterations", "latest", "apply_retention"]
+           "NoSpaceError", "UnimplementedError", "InternalError"]
+__all__ += ["TorchState", "TensorParallel", "mark_tensor_parallel", "save_state", "async_save_state", "load_state",
+            "from_megatron", "CheckpointManager", "list_iterations", "latest", "apply_retention"]
 
 _atexit.register(_shutdown)  # joins async saves, frees ckpt's MPI communicators; finalises MPI only if ckpt began it
