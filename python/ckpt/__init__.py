@@ -37,8 +37,8 @@ __all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "rese
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",
            "NoSpaceError", "UnimplementedError", "InternalError"]
 
+_atexit.register(_shutdown)  # joins async saves, frees ckpt's MPI communicators; finalises MPI only if ckpt began it
 
 # issue 29: the torch bridge and resume helpers
 __all__ += ["TorchState", "TensorParallel", "mark_tensor_parallel", "save_state", "async_save_state", "load_state",
             "from_megatron", "CheckpointManager", "list_iterations", "latest", "apply_retention"]
-_atexit.register(_shutdown)  # joins async saves, frees ckpt's MPI communicators; finalises MPI only if ckpt began it
