@@ -5,6 +5,9 @@
     ckpt.save(sd, root, iteration, comm=ckpt.TorchComm())
     ckpt.load(sd, root, comm=ckpt.TorchComm())     # in place, any TP/PP/DP layout
 
+A torch model + optimizer without descriptors (torch_bridge.py):
+    state = ckpt.TorchState(model, optimizer, extra={"step": 0}, comm=comm)
+    ckpt.save_state(state, root, iteration, comm=comm); ckpt.load_state(state, root, comm=comm)
 See README "Use it from PyTorch". The C++ library does the work (python/src);
 tensors are read and written in place, never copied by the binding.
 """
@@ -22,6 +25,13 @@ from ._errors import (AbortedError, AlreadyExistsError, CkptError, CkptIOError, 
 from ._convert import convert
 from ._read import fingerprint, inspect, read_tensor, verify
 from ._tensors import bf16_to_float32, float32_to_bf16
+from ._manager import CheckpointManager, apply_retention, latest, list_iterations
+try:  # the torch bridge needs torch; numpy-only use goes without it
+    from .torch_bridge import (TensorParallel, TorchState, async_save_state, from_megatron, load_state,
+                               mark_tensor_parallel, save_state)
+except ModuleNotFoundError as _e:
+    if _e.name != "torch":
+        raise
 
 __all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "reserve_async_save", "AsyncSaveHandle", "MpiComm",
            "TorchComm", "inspect", "verify", "fingerprint", "read_tensor", "bf16_to_float32", "float32_to_bf16",
@@ -31,3 +41,7 @@ __all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "rese
 
 _add_hdf5_plugin_path()  # h5py reads zstd shards after `import ckpt` (_hdf5.py)
 _atexit.register(_shutdown)  # joins async saves, frees ckpt's MPI communicators; finalises MPI only if ckpt began it
+
+# issue 29: the torch bridge and resume helpers
+__all__ += ["TorchState", "TensorParallel", "mark_tensor_parallel", "save_state", "async_save_state", "load_state",
+            "from_megatron", "CheckpointManager", "list_iterations", "latest", "apply_retention"]

@@ -18,6 +18,7 @@
 #include "py_state.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/format/manifest.h"
+#include "ckpt/protocol/retention.h"
 
 namespace ckpt::py {
 namespace {
@@ -159,6 +160,30 @@ pyb::dict FingerprintOf(const std::string& root, int64_t iteration) {
   return ToDict(RunWithoutGil([&] { return FingerprintCheckpoint(root, o); }, 0, "fingerprint"));
 }
 
+// Committed iterations under root, ascending (ListIterations: a root that
+// does not exist holds none).
+std::vector<int64_t> ListIterationsOf(const std::string& root) {
+  return RunWithoutGil([&] { return ListIterations(DefaultEnv(), root); }, 0, "list_iterations");
+}
+
+// What a load of "the latest" picks (LatestIteration; kNotFound if none).
+int64_t LatestOf(const std::string& root) {
+  return RunWithoutGil([&] { return LatestIteration(DefaultEnv(), root); }, 0, "latest");
+}
+
+// ApplyRetention after `newest` committed: {"deleted": [...], "kept": [...]}.
+pyb::dict RetainOf(const std::string& root, int64_t newest, int64_t keep_last, int64_t keep_every) {
+  RetentionPolicy p;
+  p.keep_last = keep_last;
+  p.keep_every = keep_every;
+  Check(ValidateRetention(p), 0, "retention");
+  RetentionResult r = RunWithoutGil([&] { return ApplyRetention(DefaultEnv(), root, newest, p); }, 0, "retention");
+  pyb::dict d;
+  d["deleted"] = r.deleted;
+  d["kept"] = r.kept;
+  return d;
+}
+
 // Median seconds of `reps` memcpys of the given tensors into one buffer (the
 // async blocking baseline, MedianStateMemcpySeconds).
 double MemcpySeconds(const pyb::list& tensors, int reps) {
@@ -218,6 +243,9 @@ PYBIND11_MODULE(_ckpt, m) {
   m.def("inspect", &Inspect);
   m.def("verify", &Verify);
   m.def("fingerprint", &FingerprintOf);
+  m.def("list_iterations", &ListIterationsOf);
+  m.def("latest", &LatestOf);
+  m.def("apply_retention", &RetainOf);
   m.def("memcpy_seconds", &MemcpySeconds);
   m.def("comm_bench", &CommBench);
   DefineConvert(m);

@@ -1,0 +1,311 @@
+"""PyTorch state -> ckpt descriptors and back: no hand-written ShardedTensor.
+
+    state = ckpt.TorchState(model, optimizer, extra={"step": 0}, comm=comm)
+    ckpt.save_state(state, root, iteration, comm=comm)
+    ckpt.load_state(state, root, comm=comm)   # model, optimizer, extra, RNG in place
+
+What a TorchState describes (keys as ckpt's model-space format, so the C++
+tools and a Megatron job see the same names):
+  model.state_dict()      "<name>"                      tensors, in place, zero copy
+  optimizer.state_dict()  "optimizer.state.<s>.<param name>" for each per-param
+                          tensor s (exp_avg, momentum_buffer, step, ...) with
+                          its parameter's sharding when it has the parameter's
+                          shape, whole otherwise; non-tensor values and
+                          "optimizer.param_groups" (hyper-parameters) as objects
+  extra                   "extra.<k>": a tensor whole, anything else pickled;
+                          load updates the caller's dict in place
+  RNG (rng=True)          "rng": torch CPU, CUDA (where present), numpy
+                          and python `random` states of each rank, one object
+                          cell per rank of the comm, grid (W,) (a load under another world
+                          size needs rng=False)
+A 0-dim tensor is described through a 1-element view of its storage.
+
+Sharding. Without a TP rule every tensor is replicated over the comm's W ranks
+(DP = W): the replica id is the rank, so rank 0 writes each tensor once and
+every rank loads all of it. With `tp=ckpt.TensorParallel(rank, size, dp_rank,
+rules)` a parameter is split when a rule names it (fnmatch pattern -> axis,
+or -> a callable(key, tensor, tp) returning descriptors, for layouts such as
+Megatron's SwiGLU fc1), or when it carries Megatron's attributes
+`tensor_model_parallel=True, partition_dim=axis` (declare a whole module once
+with ckpt.mark_tensor_parallel(module, axis)); every other tensor is
+TP-replicated. Replica ids are (tp_rank or 0, dp_rank).
+
+Optimizer state is created lazily by torch.optim (at the first step). Before a
+load, an optimizer without state is materialised as PyTorch DCP does
+(_init_optim_state): zero gradients and one step with lr = 0. For torch.optim's
+optimizers that step leaves the parameters bitwise unchanged (their updates
+and weight decay scale by lr: p * (1 - 0) and p + (-0) * u are p) and only
+creates the state tensors, which the load then overwrites; caller gradients are
+kept. State of a parameter that the checkpoint holds none for (it never had a
+gradient when saved) is dropped again after the load, so the resumed optimizer
+equals the saved one.
+
+Megatron-Core: a dict from MCore's `sharded_state_dict()` (its ShardedTensor /
+ShardedObject, duck-typed) becomes ckpt's descriptors with from_megatron().
+"""
+import fnmatch
+import random
+
+import numpy as np
+import torch
+
+from ._descriptors import ShardedObject, ShardedTensor, flatten
+
+OPT_PREFIX = "optimizer.state."
+GROUPS_KEY = "optimizer.param_groups"
+RNG_KEY = "rng"
+
+
+class TensorParallel:
+    """This rank's TP coordinates and the rules naming split parameters:
+    rules = {fnmatch pattern over parameter names: axis | callable(key, tensor, tp)}."""
+
+    def __init__(self, rank, size, dp_rank=0, rules=None):
+        self.rank, self.size, self.dp_rank = int(rank), int(size), int(dp_rank)
+        self.rules = dict(rules or {})
+        if not 0 <= self.rank < self.size:
+            raise ValueError(f"ckpt: tp rank {rank} not in [0, {size})")
+
+    def rule_for(self, name, param):
+        for pattern, rule in self.rules.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                return rule
+        if param is not None and getattr(param, "tensor_model_parallel", False):
+            return int(getattr(param, "partition_dim", 0))
+        return None
+
+
+def mark_tensor_parallel(module, axis):
+    """Declares every parameter of `module` split on `axis` over TP (Megatron's
+    tensor_model_parallel / partition_dim attributes)."""
+    for p in module.parameters():
+        p.tensor_model_parallel, p.partition_dim = True, int(axis)
+    return module
+
+
+def _flat_view(t):
+    return t.view(1) if t.dim() == 0 else t
+
+
+class TorchState:
+    """A model, its optimizer, plain values and RNG state as one ckpt state."""
+
+    def __init__(self, model=None, optimizer=None, extra=None, rng=True, comm=None, tp=None):
+        self.model = getattr(model, "module", model) if _is_ddp(model) else model
+        self.optimizer, self.extra, self.rng, self.tp = optimizer, extra, bool(rng), tp
+        self.rank = 0 if comm is None else int(comm.rank)
+        self.world = 1 if comm is None else int(comm.size)
+
+    # -- descriptors -------------------------------------------------------
+    def _replica(self, split):
+        if self.tp is None:
+            return self.rank
+        return (0 if split else self.tp.rank, self.tp.dp_rank)
+
+    def _tensor(self, key, t, name=None, param=None):
+        """The descriptors of live tensor t under key (param: its parameter, for the TP rule)."""
+        rule = self.tp.rule_for(name, param) if (self.tp is not None and name is not None) else None
+        if callable(rule):
+            return list(rule(key, t, self.tp))
+        if rule is None:
+            return [ShardedTensor.from_rank_offsets(key, _flat_view(t), replica_id=self._replica(False))]
+        return [ShardedTensor.from_rank_offsets(key, t, (int(rule), self.tp.rank, self.tp.size),
+                                                replica_id=self._replica(True))]
+
+    def _object(self, key, value):
+        return ShardedObject(key, value, replica_id=self._replica(False))
+
+    def _param_names(self):
+        names = {}
+        if self.model is not None:
+            for n, p in self.model.named_parameters():
+                names.setdefault(p, n)
+        return names
+
+    def sharded_state_dict(self):
+        """{key: ShardedTensor | ShardedObject | [those]} of the whole state, as it is now."""
+        out = {}
+        params = dict(self.model.named_parameters()) if self.model is not None else {}
+        if self.model is not None:
+            for name, v in self.model.state_dict().items():
+                out[name] = self._tensor(name, v, name, params.get(name)) if torch.is_tensor(v) \
+                    else self._object(name, v)
+        if self.optimizer is not None:
+            out.update(self._optimizer_entries())
+        if self.extra is not None:
+            for k, v in self.extra.items():
+                key = f"extra.{k}"
+                out[key] = self._tensor(key, v) if torch.is_tensor(v) else self._object(key, v)
+        if self.rng:
+            out[RNG_KEY] = ShardedObject(RNG_KEY, rng_state(), (self.world,), (self.rank,))
+        return out
+
+    def _optimizer_entries(self):
+        names = self._param_names()
+        out, groups = {}, []
+        for gi, group in enumerate(self.optimizer.param_groups):
+            pnames = []
+            for p in group["params"]:
+                if p not in names:
+                    raise ValueError("ckpt: an optimizer parameter is not a parameter of the model "
+                                     "(pass the model the optimizer was built over)")
+                name = pnames.append(names[p]) or names[p]
+                for s, v in self.optimizer.state.get(p, {}).items():
+                    key = f"{OPT_PREFIX}{s}.{name}"
+                    if torch.is_tensor(v):
+                        same = tuple(v.shape) == tuple(p.shape)
+                        out[key] = self._tensor(key, v, name if same else None, p if same else None)
+                    else:
+                        out[key] = self._object(key, v)
+            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": pnames})
+        out[GROUPS_KEY] = self._object(GROUPS_KEY, groups)
+        return out
+
+    # -- load --------------------------------------------------------------
+    def prepare_load(self, saved_keys=None):
+        """Materialises lazily created optimizer state (see the module docstring).
+        saved_keys: the checkpoint's keys; state the checkpoint lacks is dropped."""
+        if self.optimizer is not None and not self.optimizer.state:
+            materialize_optimizer_state(self.optimizer)
+        if self.optimizer is not None and saved_keys is not None:
+            names = self._param_names()
+            have = {k[len(OPT_PREFIX):].split(".", 1)[1] for k in saved_keys if k.startswith(OPT_PREFIX)}
+            for p in list(self.optimizer.state):
+                if names[p] not in have:
+                    del self.optimizer.state[p]
+
+    def apply(self, objects):
+        """Applies the loaded objects {key: value} (tensors were loaded in place)."""
+        names = {n: p for p, n in self._param_names().items()}
+        for key, value in objects.items():
+            if key == GROUPS_KEY:
+                _restore_groups(self.optimizer, value)
+            elif key.startswith(OPT_PREFIX):
+                s, name = key[len(OPT_PREFIX):].split(".", 1)
+                self.optimizer.state[names[name]][s] = value
+            elif key.startswith("extra."):
+                self.extra[key[len("extra."):]] = value
+            elif key == RNG_KEY:
+                set_rng_state(value)
+            elif self.model is not None:  # a non-tensor model entry (e.g. _extra_state)
+                self.model.load_state_dict({key: value}, strict=False)
+
+
+def _is_ddp(model):
+    return isinstance(model, torch.nn.parallel.DistributedDataParallel)
+
+
+def _restore_groups(optimizer, groups):
+    if len(groups) != len(optimizer.param_groups):
+        raise ValueError(f"ckpt: the checkpoint's optimizer has {len(groups)} param groups, this one "
+                         f"{len(optimizer.param_groups)}")
+    for mine, saved in zip(optimizer.param_groups, groups):
+        mine.update({k: v for k, v in saved.items() if k != "params"})
+
+
+def materialize_optimizer_state(optimizer):
+    """Creates a torch.optim optimizer's lazy state: zero grads, one step at lr 0
+    (PyTorch DCP's _init_optim_state); the caller's gradients are restored."""
+    saved_grads, lrs = {}, []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            saved_grads[p] = p.grad
+            p.grad = torch.zeros_like(p) if p.requires_grad else None
+        if "lr" in group:
+            lrs.append(group["lr"])
+            group["lr"] = 0.0
+    try:
+        optimizer.step()
+    finally:
+        for group in optimizer.param_groups:
+            if "lr" in group:
+                group["lr"] = lrs.pop(0)
+        for p, g in saved_grads.items():
+            p.grad = g
+
+
+def rng_state():
+    """This process's RNG states: torch CPU, CUDA (when initialised), numpy, python."""
+    st = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        st["cuda"] = torch.cuda.get_rng_state_all()
+    return st
+
+
+def set_rng_state(st):
+    torch.set_rng_state(st["torch"])
+    np.random.set_state(st["numpy"])
+    random.setstate(st["python"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(st["cuda"])
+
+
+def flat_state(sharded):
+    """{name: descriptor} for ckpt.save/load: lists of shards get names "<key>#<i>"."""
+    out = {}
+    for k, v in sharded.items():
+        for i, d in enumerate(v if isinstance(v, list) else [v]):
+            out[k if i == 0 else f"{k}#{i}"] = d
+    return out
+
+
+def save_state(state, root, iteration, comm=None, **kwargs):
+    """ckpt.save of a TorchState (kwargs: those of ckpt.save). Collective."""
+    from ._api import save
+    return save(flat_state(state.sharded_state_dict()), root, iteration, comm=comm, **kwargs)
+
+
+def async_save_state(state, root, iteration, comm=None, **kwargs):
+    """ckpt.async_save of a TorchState (returns its handle). Collective."""
+    from ._api import async_save
+    return async_save(flat_state(state.sharded_state_dict()), root, iteration, comm=comm, **kwargs)
+
+
+def load_state(state, root, iteration=None, comm=None, strict="all", **kwargs):
+    """Loads a TorchState in place from `iteration` (None: the latest) and returns
+    the iteration loaded. Requests every key the state has; strict="all" (the
+    default) raises when the checkpoint and the state differ in keys. Collective."""
+    from ._api import load
+    from ._errors import CkptError
+    from ._read import inspect
+    try:
+        info = inspect(root, iteration)
+        state.prepare_load(set(info["tensors"]) | set(info["objects"]))
+    except CkptError:
+        if not kwargs.get("fallback"):
+            raise
+        state.prepare_load(None)  # the load falls back past an unreadable manifest
+    stats = kwargs.pop("stats", None)
+    stats = {} if stats is None else stats
+    request = flat_state(state.sharded_state_dict())
+    loaded = load(request, root, iteration=iteration, comm=comm, strict=strict, stats=stats, **kwargs)
+    out = loaded[0] if isinstance(loaded, tuple) else loaded
+    state.apply({d.key: out[k] for k, d in request.items() if isinstance(d, ShardedObject)})
+    return int(stats["iteration"])
+
+
+def from_megatron(sharded_state_dict):
+    """A Megatron-Core sharded_state_dict (nested dicts/lists of its ShardedTensor
+    and ShardedObject, duck-typed: no megatron import) as ckpt descriptors."""
+    def conv(node):
+        if isinstance(node, (ShardedTensor, ShardedObject)):
+            return node
+        if isinstance(node, dict):
+            return {k: conv(v) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return type(node)(conv(v) for v in node)
+        if hasattr(node, "global_shape") and hasattr(node, "key") and hasattr(node, "data"):
+            if hasattr(node, "local_shape"):  # a ShardedTensor
+                pre = int(getattr(node, "prepend_axis_num", 0) or 0)
+                local = (1,) * pre + tuple(node.local_shape)
+                fr = getattr(node, "flattened_range", None)
+                return ShardedTensor(node.key, node.data, node.global_shape, node.global_offset, local,
+                                     node.replica_id, None if fr is None else (fr.start, fr.stop),
+                                     bool(getattr(node, "allow_shape_mismatch", False)))
+            return ShardedObject(node.key, node.data, node.global_shape, node.global_offset, node.replica_id)
+        if type(node).__name__ in ("ShardedTensorFactory", "LocalNonpersistentObject"):
+            raise TypeError(f"ckpt: {type(node).__name__} is not supported: apply its build() first")
+        return node
+    out = conv(sharded_state_dict)
+    flatten(out)
+    return out
