@@ -8,6 +8,13 @@ control). Each question also holds its evidence row between
 <!-- evidence:begin --> and <!-- evidence:end --> (Chinese and English
 headlines of the measurement and of the negative control), generated here.
 
+A sentence that interprets measured values is generated from them too:
+<!--evl:EXPR?TRUE TEXT|FALSE TEXT-->CURRENT TEXT<!--/evl--> where EXPR is NAME
+(a boolean), or NAME OP NAME / NAME OP NUMBER with OP one of < <= > >=; the
+check fails when CURRENT TEXT is not the branch the evidence selects (--write
+regenerates it). In a table row that quotes a tagged value, every backticked
+identifier (`name`, `nc.name`) must be a value the evidence still contains.
+
   evidence_check.py [--evidence F] [--seeds DIR]          check (CI): exit 1 on a mismatch
   evidence_check.py --write [--evidence F] [--seeds DIR]  regenerate values and rows from F
   evidence_check.py --drift OLD NEW                       compare two runs' numbers (timing-class values:
@@ -65,6 +72,9 @@ VOLATILE = {
 }
 TAG_RE = re.compile(r"(`[^`]*`|[-+]?[0-9][0-9,]*(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|true|false|inf|nan)"
                     r"<!--ev:([A-Za-z0-9_.]+)(?::(\.[0-9][fe]))?-->")
+LABEL_RE = re.compile(r"<!--evl:([^?]+)\?([^|]*)\|(.*?)-->(.*?)<!--/evl-->", re.S)
+LABEL_EXPR_RE = re.compile(r"\s*([A-Za-z0-9_.]+)\s*(?:(<=|>=|<|>)\s*([A-Za-z0-9_.]+)\s*)?")
+FIELD_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*_[a-z0-9_]*)`")
 ROW_RE = re.compile(r"<!-- evidence:begin -->.*?<!-- evidence:end -->", re.S)
 
 
@@ -81,6 +91,37 @@ def lookup(ev, name):
     if name not in table:
         raise Unmeasured(f"'{name}' is not a measured value")
     return table[name]
+
+
+def label_holds(ev, expr):
+    """The truth of a label expression (NAME, or NAME OP NAME|NUMBER) under ev; raises Unmeasured."""
+    m = LABEL_EXPR_RE.fullmatch(expr)
+    if not m:
+        raise Unmeasured(f"label expression '{expr}' (use NAME or NAME OP NAME|NUMBER)")
+    a = lookup(ev, m.group(1))
+    if not m.group(2):
+        if not isinstance(a, bool):
+            raise Unmeasured(f"label '{expr}': '{m.group(1)}' is not a boolean")
+        return a
+    rhs = m.group(3)
+    b = float(rhs) if re.fullmatch(r"[-+]?[0-9]+(?:\.[0-9]+)?", rhs) else lookup(ev, rhs)
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+        raise Unmeasured(f"label '{expr}' compares non-numbers")
+    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[m.group(2)]
+
+
+def check_fields(path, ev, text):
+    """Backticked evidence fields named in a table row that quotes measured values must still be measured."""
+    problems = []
+    for line in text.splitlines():
+        if not line.startswith("|") or "<!--ev:" not in line:
+            continue
+        for name in FIELD_RE.findall(line):
+            try:
+                lookup(ev, name)
+            except Unmeasured:
+                problems.append(f"{path}: row names `{name}`, which the evidence does not contain: {line[:80]}")
+    return problems
 
 
 def is_timing(name):
@@ -146,6 +187,22 @@ def check_file(path, sid, scs, meta, write, check_rows=True):
         return m.group(0)
 
     new_text = TAG_RE.sub(fix, text)
+
+    def label(m):
+        expr, yes, no, cur = m.groups()
+        try:
+            want = yes if label_holds(ev, expr) else no
+        except Unmeasured as e:
+            problems.append(f"{path}: {e}")
+            return m.group(0)
+        if write:
+            return f"<!--evl:{expr}?{yes}|{no}-->{want}<!--/evl-->"
+        if cur != want:
+            problems.append(f"{path}: label '{expr}' says '{cur}' but the evidence selects '{want}'")
+        return m.group(0)
+
+    new_text = LABEL_RE.sub(label, new_text)
+    problems += check_fields(path, ev, new_text)
     want_row = row(sid, sc, meta)
     if not ROW_RE.search(new_text):
         problems.append(f"{path}: no <!-- evidence:begin --> ... <!-- evidence:end --> block")
