@@ -13,7 +13,8 @@ A sentence that interprets measured values is generated from them too:
 (a boolean), or NAME OP NAME / NAME OP NUMBER with OP one of < <= > >=; the
 check fails when CURRENT TEXT is not the branch the evidence selects (--write
 regenerates it). In a table row that quotes a tagged value, every backticked
-identifier (`name`, `nc.name`) must be a value the evidence still contains.
+identifier with an underscore (`name_x`, `nc.name_x`), and in an "工程验证 ... 引用"
+scoring line every backticked identifier, must be a value the evidence still contains.
 
   evidence_check.py [--evidence F] [--seeds DIR]          check (CI): exit 1 on a mismatch
   evidence_check.py --write [--evidence F] [--seeds DIR]  regenerate values and rows from F
@@ -75,6 +76,7 @@ TAG_RE = re.compile(r"(`[^`]*`|[-+]?[0-9][0-9,]*(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|t
 LABEL_RE = re.compile(r"<!--evl:([^?]+)\?([^|]*)\|(.*?)-->(.*?)<!--/evl-->", re.S)
 LABEL_EXPR_RE = re.compile(r"\s*([A-Za-z0-9_.]+)\s*(?:(<=|>=|<|>)\s*([A-Za-z0-9_.]+)\s*)?")
 FIELD_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*_[a-z0-9_]*)`")
+CITE_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*)`")
 ROW_RE = re.compile(r"<!-- evidence:begin -->.*?<!-- evidence:end -->", re.S)
 
 
@@ -114,9 +116,13 @@ def check_fields(path, ev, text):
     """Backticked evidence fields named in a table row that quotes measured values must still be measured."""
     problems = []
     for line in text.splitlines():
-        if not line.startswith("|") or "<!--ev:" not in line:
+        if line.startswith("|") and "<!--ev:" in line:
+            names = FIELD_RE.findall(line)
+        elif "工程验证" in line and "引用" in line:  # a scoring point that cites this scenario's fields
+            names = CITE_RE.findall(line)
+        else:
             continue
-        for name in FIELD_RE.findall(line):
+        for name in names:
             try:
                 lookup(ev, name)
             except Unmeasured:
