@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Keeps the Level 8 text (seeds/level8/M1xx.md) in sync with measurements.
+"""Keeps the Level 8 text (seeds/level8/M1xx.md, L8-Xnn.md) in sync with measurements.
 
 A measured number quoted in a question is written as VALUE<!--ev:NAME--> (or
 VALUE<!--ev:nc.NAME-->, VALUE<!--ev:NAME:.2f-->; VALUE may be `backticked`
@@ -47,7 +47,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from scenario_runner import Unmeasured, fmt_value, headline, nc_text  # noqa: E402
+from scenario_runner import Unmeasured, fmt_value, headline, id_order, nc_text  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 TIMING_FACTOR = 3.0
@@ -64,11 +64,11 @@ VOLATILE = {
     # M115: what the surviving rank had written when its peer crashed depends on scheduling.
     "M115": {"nc.partial_iter20_dirs", "nc.torn_data_dirs", "nc.inplace_torn_elements", "nc.inplace_torn_fraction",
              "nc.partial_files"},
-    # M130: which of the waiting ranks waited longest depends on scheduling (the straggler itself does not).
-    "M130": {"longest_wait_rank"},
-    # M131: the iteration at which the signal lands (and so what was saved, resumed, or lost without the
+    # L8-X06: which of the waiting ranks waited longest depends on scheduling (the straggler itself does not).
+    "L8-X06": {"longest_wait_rank"},
+    # L8-X07: the iteration at which the signal lands (and so what was saved, resumed, or lost without the
     # handler) depends on the step rate under load; steps lost WITH the handler (0) and retention are exact.
-    "M131": {"logged_at_signal", "saved_iteration", "summary_iteration", "resumed_from", "nc.rc",
+    "L8-X07": {"logged_at_signal", "saved_iteration", "summary_iteration", "resumed_from", "nc.rc",
              "nc.logged_at_signal", "nc.last_logged", "nc.newest_committed", "nc.steps_lost"},
 }
 TAG_RE = re.compile(r"(`[^`]*`|[-+]?[0-9][0-9,]*(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|true|false|inf|nan)"
@@ -77,6 +77,7 @@ LABEL_RE = re.compile(r"<!--evl:([^?]+)\?([^|]*)\|(.*?)-->(.*?)<!--/evl-->", re.
 LABEL_EXPR_RE = re.compile(r"\s*([A-Za-z0-9_.]+)\s*(?:(<=|>=|<|>)\s*([A-Za-z0-9_.]+)\s*)?")
 FIELD_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*_[a-z0-9_]*)`")
 CITE_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*)`")
+SEED_LEVEL9_RE = re.compile(r"M(12[5-9]|13[0-9]|140)\.md")
 ROW_RE = re.compile(r"<!-- evidence:begin -->.*?<!-- evidence:end -->", re.S)
 
 
@@ -255,7 +256,7 @@ def merge(run_path, into_path):
         if bool(run.get("reduced")) != bool(into.get("reduced")):
             raise SystemExit(f"evidence_check: {run_path} and {into_path} are of different sizes")
         by_id[sc["id"]] = dict(sc, generated_at=run.get("generated_at", "?"))
-    into["scenarios"] = [by_id[k] for k in sorted(by_id)]
+    into["scenarios"] = [by_id[k] for k in sorted(by_id, key=id_order)]
     into["passed"] = sum(sc.get("runner_verdict") == "PASS" for sc in into["scenarios"])
     into["total_seconds"] = sum(sc.get("wall_seconds", 0.0) for sc in into["scenarios"])
     with open(into_path, "w", encoding="utf-8") as f:
@@ -280,7 +281,10 @@ def main(argv=None) -> int:
         scs, meta = load(a.evidence)
         problems = []
         for name in sorted(os.listdir(a.seeds)):
-            m = re.fullmatch(r"(M[0-9]{3})\.md", name)
+            if SEED_LEVEL9_RE.fullmatch(name):
+                problems.append(f"{os.path.join(a.seeds, name)}: M125-M140 are the seed's Level 9 questions; "
+                                "number a supplementary Level 8 question L8-Xnn")
+            m = re.fullmatch(r"(M[0-9]{3}|L8-X[0-9]{2})\.md", name)
             if not m:
                 continue
             # rows are generated from the committed file; a fresh run (--check-text) is checked by its tags only
