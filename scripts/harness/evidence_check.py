@@ -10,7 +10,8 @@ headlines of the measurement and of the negative control), generated here.
 
 A sentence that interprets measured values is generated from them too:
 <!--evl:EXPR?TRUE TEXT|FALSE TEXT-->CURRENT TEXT<!--/evl--> where EXPR is NAME
-(a boolean), or NAME OP NAME / NAME OP NUMBER with OP one of < <= > >=; the
+(a boolean), or NAME OP NAME / NAME OP NUMBER / NAME OP NUMBER*NAME with OP one
+of < <= > >=; the
 check fails when CURRENT TEXT is not the branch the evidence selects (--write
 regenerates it). In a table row that quotes a tagged value, every backticked
 identifier with an underscore (`name_x`, `nc.name_x`), and in an "工程验证 ... 引用"
@@ -74,7 +75,7 @@ VOLATILE = {
 TAG_RE = re.compile(r"(`[^`]*`|[-+]?[0-9][0-9,]*(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|true|false|inf|nan)"
                     r"<!--ev:([A-Za-z0-9_.]+)(?::(\.[0-9][fe]))?-->")
 LABEL_RE = re.compile(r"<!--evl:([^?]+)\?([^|]*)\|(.*?)-->(.*?)<!--/evl-->", re.S)
-LABEL_EXPR_RE = re.compile(r"\s*([A-Za-z0-9_.]+)\s*(?:(<=|>=|<|>)\s*([A-Za-z0-9_.]+)\s*)?")
+LABEL_EXPR_RE = re.compile(r"\s*([A-Za-z0-9_.]+)\s*(?:(<=|>=|<|>)\s*(?:([0-9.]+)\*)?([A-Za-z0-9_.]+)\s*)?")
 FIELD_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*_[a-z0-9_]*)`")
 CITE_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*)`")
 SEED_LEVEL9_RE = re.compile(r"M(12[5-9]|13[0-9]|140)\.md")
@@ -100,16 +101,17 @@ def label_holds(ev, expr):
     """The truth of a label expression (NAME, or NAME OP NAME|NUMBER) under ev; raises Unmeasured."""
     m = LABEL_EXPR_RE.fullmatch(expr)
     if not m:
-        raise Unmeasured(f"label expression '{expr}' (use NAME or NAME OP NAME|NUMBER)")
+        raise Unmeasured(f"label expression '{expr}' (use NAME or NAME OP NAME|NUMBER|NUMBER*NAME)")
     a = lookup(ev, m.group(1))
     if not m.group(2):
         if not isinstance(a, bool):
             raise Unmeasured(f"label '{expr}': '{m.group(1)}' is not a boolean")
         return a
-    rhs = m.group(3)
+    rhs = m.group(4)
     b = float(rhs) if re.fullmatch(r"[-+]?[0-9]+(?:\.[0-9]+)?", rhs) else lookup(ev, rhs)
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
         raise Unmeasured(f"label '{expr}' compares non-numbers")
+    b = b * float(m.group(3)) if m.group(3) else b
     return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[m.group(2)]
 
 
