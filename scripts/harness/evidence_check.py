@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Keeps the Level 8 text (seeds/level8/M1xx.md) in sync with measurements.
+"""Keeps the Level 8 text (seeds/level8/M1xx.md, L8-Xnn.md) in sync with measurements.
 
 A measured number quoted in a question is written as VALUE<!--ev:NAME--> (or
 VALUE<!--ev:nc.NAME-->, VALUE<!--ev:NAME:.2f-->; VALUE may be `backticked`
@@ -7,6 +7,15 @@ text). NAME is a key of that question's evidence numbers (nc.: of its negative
 control). Each question also holds its evidence row between
 <!-- evidence:begin --> and <!-- evidence:end --> (Chinese and English
 headlines of the measurement and of the negative control), generated here.
+
+A sentence that interprets measured values is generated from them too:
+<!--evl:EXPR?TRUE TEXT|FALSE TEXT-->CURRENT TEXT<!--/evl--> where EXPR is NAME
+(a boolean), or NAME OP NAME / NAME OP NUMBER / NAME OP NUMBER*NAME with OP one
+of < <= > >=; the
+check fails when CURRENT TEXT is not the branch the evidence selects (--write
+regenerates it). In a table row that quotes a tagged value, every backticked
+identifier with an underscore (`name_x`, `nc.name_x`), and in an "工程验证 ... 引用"
+scoring line every backticked identifier, must be a value the evidence still contains.
 
   evidence_check.py [--evidence F] [--seeds DIR]          check (CI): exit 1 on a mismatch
   evidence_check.py --write [--evidence F] [--seeds DIR]  regenerate values and rows from F
@@ -39,7 +48,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from scenario_runner import Unmeasured, fmt_value, headline, nc_text  # noqa: E402
+from scenario_runner import Unmeasured, fmt_value, headline, id_order, nc_text  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 TIMING_FACTOR = 3.0
@@ -56,15 +65,20 @@ VOLATILE = {
     # M115: what the surviving rank had written when its peer crashed depends on scheduling.
     "M115": {"nc.partial_iter20_dirs", "nc.torn_data_dirs", "nc.inplace_torn_elements", "nc.inplace_torn_fraction",
              "nc.partial_files"},
-    # M130: which of the waiting ranks waited longest depends on scheduling (the straggler itself does not).
-    "M130": {"longest_wait_rank"},
-    # M131: the iteration at which the signal lands (and so what was saved, resumed, or lost without the
+    # L8-X06: which of the waiting ranks waited longest depends on scheduling (the straggler itself does not).
+    "L8-X06": {"longest_wait_rank"},
+    # L8-X07: the iteration at which the signal lands (and so what was saved, resumed, or lost without the
     # handler) depends on the step rate under load; steps lost WITH the handler (0) and retention are exact.
-    "M131": {"logged_at_signal", "saved_iteration", "summary_iteration", "resumed_from", "nc.rc",
+    "L8-X07": {"logged_at_signal", "saved_iteration", "summary_iteration", "resumed_from", "nc.rc",
              "nc.logged_at_signal", "nc.last_logged", "nc.newest_committed", "nc.steps_lost"},
 }
 TAG_RE = re.compile(r"(`[^`]*`|[-+]?[0-9][0-9,]*(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?|true|false|inf|nan)"
                     r"<!--ev:([A-Za-z0-9_.]+)(?::(\.[0-9][fe]))?-->")
+LABEL_RE = re.compile(r"<!--evl:([^?]+)\?([^|]*)\|(.*?)-->(.*?)<!--/evl-->", re.S)
+LABEL_EXPR_RE = re.compile(r"\s*([A-Za-z0-9_.]+)\s*(?:(<=|>=|<|>)\s*(?:([0-9.]+)\*)?([A-Za-z0-9_.]+)\s*)?")
+FIELD_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*_[a-z0-9_]*)`")
+CITE_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*)`")
+SEED_LEVEL9_RE = re.compile(r"M(12[5-9]|13[0-9]|140)\.md")
 ROW_RE = re.compile(r"<!-- evidence:begin -->.*?<!-- evidence:end -->", re.S)
 
 
@@ -81,6 +95,42 @@ def lookup(ev, name):
     if name not in table:
         raise Unmeasured(f"'{name}' is not a measured value")
     return table[name]
+
+
+def label_holds(ev, expr):
+    """The truth of a label expression (NAME, or NAME OP NAME|NUMBER) under ev; raises Unmeasured."""
+    m = LABEL_EXPR_RE.fullmatch(expr)
+    if not m:
+        raise Unmeasured(f"label expression '{expr}' (use NAME or NAME OP NAME|NUMBER|NUMBER*NAME)")
+    a = lookup(ev, m.group(1))
+    if not m.group(2):
+        if not isinstance(a, bool):
+            raise Unmeasured(f"label '{expr}': '{m.group(1)}' is not a boolean")
+        return a
+    rhs = m.group(4)
+    b = float(rhs) if re.fullmatch(r"[-+]?[0-9]+(?:\.[0-9]+)?", rhs) else lookup(ev, rhs)
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+        raise Unmeasured(f"label '{expr}' compares non-numbers")
+    b = b * float(m.group(3)) if m.group(3) else b
+    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[m.group(2)]
+
+
+def check_fields(path, ev, text):
+    """Backticked evidence fields named in a table row that quotes measured values must still be measured."""
+    problems = []
+    for line in text.splitlines():
+        if line.startswith("|") and "<!--ev:" in line:
+            names = FIELD_RE.findall(line)
+        elif "工程验证" in line and "引用" in line:  # a scoring point that cites this scenario's fields
+            names = CITE_RE.findall(line)
+        else:
+            continue
+        for name in names:
+            try:
+                lookup(ev, name)
+            except Unmeasured:
+                problems.append(f"{path}: row names `{name}`, which the evidence does not contain: {line[:80]}")
+    return problems
 
 
 def is_timing(name):
@@ -146,6 +196,22 @@ def check_file(path, sid, scs, meta, write, check_rows=True):
         return m.group(0)
 
     new_text = TAG_RE.sub(fix, text)
+
+    def label(m):
+        expr, yes, no, cur = m.groups()
+        try:
+            want = yes if label_holds(ev, expr) else no
+        except Unmeasured as e:
+            problems.append(f"{path}: {e}")
+            return m.group(0)
+        if write:
+            return f"<!--evl:{expr}?{yes}|{no}-->{want}<!--/evl-->"
+        if cur != want:
+            problems.append(f"{path}: label '{expr}' says '{cur}' but the evidence selects '{want}'")
+        return m.group(0)
+
+    new_text = LABEL_RE.sub(label, new_text)
+    problems += check_fields(path, ev, new_text)
     want_row = row(sid, sc, meta)
     if not ROW_RE.search(new_text):
         problems.append(f"{path}: no <!-- evidence:begin --> ... <!-- evidence:end --> block")
@@ -192,7 +258,7 @@ def merge(run_path, into_path):
         if bool(run.get("reduced")) != bool(into.get("reduced")):
             raise SystemExit(f"evidence_check: {run_path} and {into_path} are of different sizes")
         by_id[sc["id"]] = dict(sc, generated_at=run.get("generated_at", "?"))
-    into["scenarios"] = [by_id[k] for k in sorted(by_id)]
+    into["scenarios"] = [by_id[k] for k in sorted(by_id, key=id_order)]
     into["passed"] = sum(sc.get("runner_verdict") == "PASS" for sc in into["scenarios"])
     into["total_seconds"] = sum(sc.get("wall_seconds", 0.0) for sc in into["scenarios"])
     with open(into_path, "w", encoding="utf-8") as f:
@@ -217,7 +283,10 @@ def main(argv=None) -> int:
         scs, meta = load(a.evidence)
         problems = []
         for name in sorted(os.listdir(a.seeds)):
-            m = re.fullmatch(r"(M[0-9]{3})\.md", name)
+            if SEED_LEVEL9_RE.fullmatch(name):
+                problems.append(f"{os.path.join(a.seeds, name)}: M125-M140 are the seed's Level 9 questions; "
+                                "number a supplementary Level 8 question L8-Xnn")
+            m = re.fullmatch(r"(M[0-9]{3}|L8-X[0-9]{2})\.md", name)
             if not m:
                 continue
             # rows are generated from the committed file; a fresh run (--check-text) is checked by its tags only

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""The Level 8 question bank's evidence runner (seeds/level8/M1xx.md); `ckpt
+"""The Level 8 question bank's evidence runner (seeds/level8/<id>.md); `ckpt
 scenario` is a thin wrapper that executes this file with --ckpt <its binary>.
 
   scenario_runner.py --ckpt BIN list [--json] [--scripts DIR]
   scenario_runner.py --ckpt BIN run <id>... | --all [--out DIR] [--reduced] [--json] [--keep]
                      [--scripts DIR] [--mpirun PREFIX] [--timeout-s S] [--budget-s S] [--check-text]
 
-A scenario is the Python script DIR/<id>.py (id = M + three digits; header
+A scenario is the Python script DIR/<id>.py (id = M + three digits, or L8-X + two
+digits for the supplementary questions; header
 lines "# title: ..." and "# question: ..."), run by the shared launcher
 (launcher.py) as a job with a deadline (--timeout-s; every process of the job
 is killed when it expires) and this environment:
@@ -45,8 +46,15 @@ sys.path.insert(0, HERE)
 import launcher  # noqa: E402
 
 DEFAULT_MPIRUN = "mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader"
-ID_RE = re.compile(r"M[0-9]{3}")
+# M + three digits: the seed's questions (Level 8 is M111-M124; the seed's M125-M140 are Level 9);
+# L8-X + two digits: the bank's own supplementary Level 8 questions, numbered outside the seed's range.
+ID_RE = re.compile(r"M[0-9]{3}|L8-X[0-9]{2}")
 REF_RE = re.compile(r"\{([A-Za-z0-9_.]+)(?::([^}]*))?\}")
+
+
+def id_order(sid: str):
+    """The seed's questions (M...) first, then the supplementary ones (L8-X...)."""
+    return (not sid.startswith("M"), sid)
 
 
 class Unmeasured(Exception):
@@ -144,7 +152,7 @@ def read_header(script: str) -> dict:
 
 def list_scenarios(d: str) -> list[dict]:
     return sorted((read_header(os.path.join(d, n)) for n in os.listdir(d)
-                   if n.endswith(".py") and ID_RE.fullmatch(n[:-3])), key=lambda s: s["id"])
+                   if n.endswith(".py") and ID_RE.fullmatch(n[:-3])), key=lambda s: id_order(s["id"]))
 
 
 def find_scripts_dir(flag: str | None) -> str:
@@ -351,7 +359,7 @@ def main(argv=None) -> int:
                                  "evidence with negative controls")
     ap.add_argument("--ckpt", default=os.environ.get("CKPT"), help="the ckpt binary the scenarios run")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    ls = sub.add_parser("list", help="list the scenarios (scripts/scenarios/M1xx.py)")
+    ls = sub.add_parser("list", help="list the scenarios (scripts/scenarios/<id>.py)")
     ls.add_argument("--json", action="store_true")
     ls.add_argument("--scripts")
     run = sub.add_parser("run", help="run scenarios; print their evidence; --all also writes evidence.md/.json")

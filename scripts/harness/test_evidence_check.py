@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Self-test of evidence_check.py (ctest: evidence_check_selftest): the committed
 texts pass against the committed evidence; a copy with one tagged number typed
-differently, one with a tag naming an unmeasured value, and one with a stale
-evidence row each fail, naming the file and the value."""
+differently, one with a tag naming an unmeasured value, one with a stale
+evidence row, one whose generated label (M118) says the opposite of what the
+evidence selects, one whose table row names a field the evidence no longer
+contains, one whose scoring line cites such a field, and one with a question
+numbered in the seed's Level 9 range (M125) each fail, naming the file."""
 import os
 import re
 import shutil
@@ -20,13 +23,21 @@ def run(seeds):
     return p.returncode, p.stdout + p.stderr
 
 
-def mutate(src, dst, fn):
+def mutate(src, dst, fn, name="M111.md"):
     shutil.copytree(src, dst)
-    path = os.path.join(dst, "M111.md")
+    path = os.path.join(dst, name)
     with open(path, encoding="utf-8") as f:
         text = f.read()
     with open(path, "w", encoding="utf-8") as f:
         f.write(fn(text))
+
+
+def flip_label(text):
+    """Replaces the generated text of the first label by its other branch."""
+    m = re.search(r"<!--evl:([^?]+)\?([^|]*)\|(.*?)-->(.*?)<!--/evl-->", text, re.S)
+    assert m, "M118 has no generated label"
+    other = m.group(3) if m.group(4) == m.group(2) else m.group(2)
+    return text[:m.start(4)] + other + text[m.end(4):]
 
 
 def main():
@@ -39,12 +50,28 @@ def main():
                            "not_a_measurement"),
             "stale_row": (lambda t: t.replace("<!-- evidence:end -->", "edited by hand\n<!-- evidence:end -->", 1),
                           "evidence row differs"),
+            # the committed label of M118's "steady blocking vs memcpy" row flipped to the other branch
+            "label": (flip_label, "evidence selects", "M118.md"),
+            "row_field": (lambda t: t.replace("`written_bytes` = `unique_bytes`", "`written_bytes` = `unique_bytes_old`", 1),
+                          "unique_bytes_old"),
+            "cited_field": (lambda t: t.replace("- 工程验证（1 分）：引用 `embedding_files`", "- 工程验证（1 分）：引用 `embedding_file_count`", 1),
+                            "embedding_file_count", "M114.md"),
+            "level9_number": (lambda t: t, "Level 9", "M125.md"),
         }
-        for name, (fn, needle) in cases.items():
+        for name, case in cases.items():
+            fn, needle = case[0], case[1]
+            target = case[2] if len(case) > 2 else "M111.md"
             d = os.path.join(tmp, name)
-            mutate(SEEDS, d, fn)
+            if name == "level9_number":
+                mutate(SEEDS, d, fn)
+                shutil.copy(os.path.join(d, "M124.md"), os.path.join(d, target))
+            else:
+                mutate(SEEDS, d, fn, target)
+            with open(os.path.join(d, target), encoding="utf-8") as f:
+                assert name == "level9_number" or f.read() != open(os.path.join(SEEDS, target), encoding="utf-8").read(), \
+                    f"{name}: the mutation did not apply"
             rc, out = run(d)
-            assert rc == 1 and needle in out and "M111.md" in out, f"{name}: rc={rc}\n{out}"
+            assert rc == 1 and needle in out and target in out, f"{name}: rc={rc}\n{out}"
             print(f"{name}: rejected as expected")
     print("evidence_check self-test: OK")
 

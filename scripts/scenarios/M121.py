@@ -10,8 +10,15 @@ Negative control: a real blocking collective without a deadline - an MPI
 barrier (mpi4py) that one rank never reaches, the way a checkpoint vote built
 on torch.distributed / MPI blocking collectives waits. The survivors never
 report; only the launcher's watchdog (its deadline) ends the job by killing
-every process of it."""
+every process of it.
+Control through the real code path of a Megatron job: a torch.distributed gloo
+group created with a short timeout (as Megatron passes
+--distributed-timeout-minutes to init_process_group), one rank absent from a
+barrier: the barrier raises at the group timeout and not before - the group
+timeout (Megatron default 10 min) is the only bound a blocking collective has."""
 import glob
+import json
+import socket
 
 from scenlib import *  # noqa: F403
 
@@ -29,6 +36,19 @@ nc_job = run_to("nc", MPIRUN + ["-np", "2", PY, os.path.join(os.path.dirname(os.
                 deadline_s=WATCHDOG_S)
 nc_seconds = now() - t0
 
+GLOO_TIMEOUT_S = 2.0
+os.makedirs(path("gloo"))
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+run_to("gloo", MPIRUN + ["-np", "2", PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers",
+                                                     "gloo_barrier_timeout.py"), path("gloo"), str(GLOO_TIMEOUT_S),
+                         str(port)], deadline_s=60)
+gloo = {}
+if os.path.exists(path("gloo", "rank_0.json")):
+    with open(path("gloo", "rank_0.json")) as f:
+        gloo = json.load(f)
+
 text = TXT("deadline")
 bound = float(re.search(r"bound deadline \+ 1 s = ([0-9.]+) s", text).group(1))
 rows = []
@@ -42,7 +62,10 @@ started = len(glob.glob(path("nc", "started_*")))
 reports = len(glob.glob(path("nc", "rank_*.json")))
 n = {"scenarios": len(rows), "phases": ",".join(phases), "deadline_s": DEADLINE_MS / 1000,
      "bound_s": bound, "latency_min_s": min(r["lat_min"] for r in rows), "latency_max_s": max(r["lat_max"] for r in rows),
-     "committed": sum(r["committed"] for r in rows), "ok": sum(r["result"] == "ok" for r in rows)}
+     "committed": sum(r["committed"] for r in rows), "ok": sum(r["result"] == "ok" for r in rows),
+     "gloo_timeout_s": GLOO_TIMEOUT_S, "gloo_barrier_raised": bool(gloo.get("raised")),
+     "gloo_raised_after_s": round(gloo.get("after_s", -1.0), 2),
+     "torch_default_pg_timeout_s": gloo.get("torch_default_timeout_s", -1.0)}
 nc = {"watchdog_s": WATCHDOG_S, "rc": RC("nc"), "seconds_until_killed": round(nc_seconds, 1),
       "ranks_started": started, "survivor_reports": reports, "processes_killed": nc_job.killed}
 checks = [
@@ -50,6 +73,8 @@ checks = [
     ("survivors fail within deadline + 1 s", n["latency_max_s"] <= bound),
     ("every survivor reported the failure", all(r["surv"] == r["surv_of"] for r in rows)),
     ("nothing committed after a hung or dead rank", n["committed"] == 0),
+    ("a gloo barrier with an absent peer raises at the group timeout, not before",
+     n["gloo_barrier_raised"] and GLOO_TIMEOUT_S <= n["gloo_raised_after_s"] <= GLOO_TIMEOUT_S + 2.0),
 ]
 emit("保存/加载中 rank 挂起或死亡：deadline 与不提交",
      f"faults deadline: TP2 tiny, hang / SIGKILL of one rank in phases {n['phases']}, every collective with a "

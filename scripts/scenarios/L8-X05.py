@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # title: 本地/内存检查点与进程内重启
-# question: seeds/level8/M129.md
+# question: seeds/level8/L8-X05.md
 """Two checkpoint tiers and an in-process restart with the PyTorch training
 example (examples/torch_gpt, ckpt's Python API; helper:
 helpers/inprocess_restart.py). Local (non-persistent) saves every step into a

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # title: MoE / EP 检查点 reshard：expert 的全局编号与 expert-DP 副本
-# question: seeds/level8/M125.md
+# question: seeds/level8/L8-X01.md
 """A MoE GPT (MCore MoELayer rules: router TP-replicated; experts split over EP
 in contiguous blocks, global expert = ep_rank * local + i; expert weights keyed
 once with an expert axis; expert replicas live on the expert-data-parallel

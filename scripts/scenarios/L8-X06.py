@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # title: 保存时的慢节点（straggler）：谁慢、慢在哪个阶段
-# question: seeds/level8/M130.md
+# question: seeds/level8/L8-X06.md
 """A TP2 x DP2 job saves twice: once clean, once with one slow writer (a
 fault plan delays rank 2's first shard-file pwrite by D ms: `ckpt save
 --faults 'point=env.pwrite rank=2 action=delay ms=D'`, the fault hooks of

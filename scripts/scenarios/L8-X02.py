@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # title: 格式转换 HF ⇄ MCore：QKV 分组交错与 SwiGLU 拼接
-# question: seeds/level8/M126.md
+# question: seeds/level8/L8-X02.md
 """A Llama-style HF model (safetensors, GQA, SwiGLU, untied) is converted to a
 ckpt checkpoint with Megatron-Core keys (`ckpt convert --to ckpt`, streamed per
 target rank and tensor) at TP1 and at TP4 x PP2, and back to HF from the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # title: 抢占信号与检查点保留：SIGTERM 后保存退出，保留策略不删最后一个
-# question: seeds/level8/M131.md
+# question: seeds/level8/L8-X07.md
 """Preemption and retention with `ckpt train`.
 (1) A DP2 job with --exit-signal-handler (Megatron-LM's flag) trains far
 past the test, saving every 4 iterations; once it has logged iteration

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # title: 数据顺序的确定性：续训时改了种子或 global batch
-# question: seeds/level8/M127.md
+# question: seeds/level8/L8-X03.md
 """Resuming is exactly-once only if the sample order is the same function of
 the sample id before and after the restart: consumed_samples is a cursor into
 an index built from (data seed, sequence length, split, num_samples, ...).

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # title: fully parallel load：DP 组内分读再交换
-# question: seeds/level8/M128.md
+# question: seeds/level8/L8-X04.md
 """Fully parallel load (MCore --ckpt-fully-parallel-load: the DP group splits
 the reads with the save's greedy and exchanges what it read) against ckpt's
 `load --share-reads`. A TP1 x DP4 job loads a checkpoint saved at TP2 x DP2
