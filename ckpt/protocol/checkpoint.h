@@ -191,6 +191,11 @@ Result<int64_t> ReadTracker(Env* env, const std::string& root);
 Result<int64_t> LatestIteration(Env* env, const std::string& root);
 // Committed iterations present under root, ascending.
 Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root);
+// Whether root holds the directory of `iteration` now. A reader that found a
+// problem asks again: a directory gone by then was removed (retention renames
+// an iteration away before deleting it; another process), not damaged. A
+// failing Stat counts as present (never hides damage). (latest.cc)
+bool IterationPresent(Env* env, const std::string& root, int64_t iteration);
 // The manifest's shards as the read planner's input (chunk layout and stored sizes).
 std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m);
 // Reads and verifies the manifest of `iteration` (-1: latest): self-hash,
