@@ -56,7 +56,8 @@ def cli_reader(name, cmd, deadline, tally):
 def python_reader(root, deadline, tally):
     try:
         import ckpt
-    except ImportError as e:  # the module is not built: the CLI readers still run
+        ckpt.verify  # noqa: B018 - a bare namespace package (module not built) has none
+    except (ImportError, AttributeError) as e:  # not built: the CLI readers still run
         print("soak: python ckpt not importable (%s): ckpt.verify not run" % e)
         return
     while time.monotonic() < deadline:
