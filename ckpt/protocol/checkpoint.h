@@ -127,6 +127,10 @@ struct LoadOptions {
   // On a failed attempt (any error but a Timeout: damage, a missing
   // iteration, a gap/shape/dtype the manifest describes) try the next older
   // committed iteration; LoadStats::skipped says what was skipped and why.
+  // With fallback the HDF5 metadata hash of every file read is checked too
+  // (the iteration loaded is one `verify` passes). A single-rank load of the
+  // latest (either mode) whose iteration was removed meanwhile (retention)
+  // resolves "latest" again: the root moved on, nothing was damaged.
   bool fallback = false;
   int threads = kAutoThreads;  // read/verify/decode workers of this rank (auto: DefaultWorkerThreads(comm))
   // Read-ahead: each worker keeps up to this many stored bytes of its next
