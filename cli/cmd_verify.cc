@@ -11,59 +11,91 @@
 namespace ckpt::cli {
 namespace {
 
-// Verifies one iteration (-1: latest), prints its report; the exit code.
-int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
+VerifyOptions OptionsOf(const VerifyFlags& f, int64_t iteration) {
   VerifyOptions o = f.opts;
   o.iteration = iteration;
   o.stop_at_first = !f.all_problems;
   o.direct_io = ReadModeOf(f.direct_io, f.buffered_io, o.direct_io);
-  auto r = VerifyCheckpoint(DefaultEnv(), f.root, o);
-  if (!r.ok()) {
-    out->push_back({{"ok", false}, {"iteration", iteration}, {"error", r.status().ToString()}});
-    std::fprintf(stderr, "ckpt verify: %s\n", r.status().ToString().c_str());
-    // A manifest that fails its own hash is a failed check, not a usage error.
-    return ExitCodeOf(r.status());
-  }
-  const double mbps = r->seconds > 0 ? double(r->bytes_checked) / 1e6 / r->seconds : 0;
-  nlohmann::json j{{"ok", r->ok()}, {"iteration", r->iteration}, {"files", r->files_checked},
-                   {"chunks", r->chunks_checked}, {"bytes", r->bytes_checked}, {"seconds", r->seconds},
-                   {"mb_per_s", mbps}, {"issues", nlohmann::json::array()},
-                   {"direct_io", {{"mode", DirectReadName(o.direct_io)}, {"direct_bytes", r->direct_read_bytes},
-                                  {"files_cached", r->files_cached}}}};
-  for (const auto& i : r->issues)
+  return o;
+}
+
+// An iteration whose manifest could not be trusted: its JSON entry, the
+// message on stderr; the exit code.
+int ReportError(int64_t iteration, const Status& st, nlohmann::json* out) {
+  out->push_back({{"ok", false}, {"iteration", iteration}, {"error", st.ToString()}});
+  std::fprintf(stderr, "ckpt verify: %s\n", st.ToString().c_str());
+  // A manifest that fails its own hash is a failed check, not a usage error.
+  return ExitCodeOf(st);
+}
+
+// Prints one report; the exit code. An iteration removed while it was checked
+// is not damage: 0 among --all's iterations (`single` false), else 2 (it could
+// not be verified: it is gone).
+int Report(const VerifyFlags& f, const VerifyOptions& o, const VerifyReport& r, bool single, nlohmann::json* out) {
+  const double mbps = r.seconds > 0 ? double(r.bytes_checked) / 1e6 / r.seconds : 0;
+  nlohmann::json j{{"ok", r.ok()}, {"iteration", r.iteration}, {"files", r.files_checked},
+                   {"chunks", r.chunks_checked}, {"bytes", r.bytes_checked}, {"seconds", r.seconds},
+                   {"mb_per_s", mbps}, {"issues", nlohmann::json::array()}, {"removed", r.removed},
+                   {"notes", r.notes},
+                   {"direct_io", {{"mode", DirectReadName(o.direct_io)}, {"direct_bytes", r.direct_read_bytes},
+                                  {"files_cached", r.files_cached}}}};
+  for (const auto& i : r.issues)
     j["issues"].push_back({{"file", i.file}, {"tensor", i.tensor}, {"dataset", i.dataset}, {"chunk", i.chunk},
                            {"problem", i.problem}});
   out->push_back(j);
   if (!f.json) {
-    for (const auto& i : r->issues) std::printf("BAD %s\n", i.ToString().c_str());
-    std::printf("%s: iteration %lld, %lld files, %lld chunks, %lld bytes in %.3f s (%.0f MB/s)\n",
-                r->ok() ? "OK" : "FAILED", static_cast<long long>(r->iteration),
-                static_cast<long long>(r->files_checked), static_cast<long long>(r->chunks_checked),
-                static_cast<long long>(r->bytes_checked), r->seconds, mbps);
+    for (const auto& n : r.notes) std::printf("NOTE %s\n", n.c_str());
+    for (const auto& i : r.issues) std::printf("BAD %s\n", i.ToString().c_str());
+    if (r.removed)
+      std::printf("REMOVED: iteration %lld was removed while it was verified (not damage)\n",
+                  static_cast<long long>(r.iteration));
+    else
+      std::printf("%s: iteration %lld, %lld files, %lld chunks, %lld bytes in %.3f s (%.0f MB/s)\n",
+                  r.ok() ? "OK" : "FAILED", static_cast<long long>(r.iteration),
+                  static_cast<long long>(r.files_checked), static_cast<long long>(r.chunks_checked),
+                  static_cast<long long>(r.bytes_checked), r.seconds, mbps);
   }
-  return r->ok() ? kExitOk : kExitCheckFailed;
+  if (r.removed) return single ? kExitError : kExitOk;
+  return r.ok() ? kExitOk : kExitCheckFailed;
+}
+
+int VerifyAll(const VerifyFlags& f) {
+  const VerifyOptions o = OptionsOf(f, -1);
+  auto all = VerifyAllIterations(DefaultEnv(), f.root, o);
+  if (!all.ok()) {
+    std::fprintf(stderr, "ckpt verify: %s\n", all.status().ToString().c_str());
+    return kExitError;
+  }
+  nlohmann::json reports = nlohmann::json::array();
+  int rc = kExitOk;
+  for (const auto& it : all->iterations)
+    rc = std::max(rc, it.error.ok() ? Report(f, o, it.report, false, &reports)
+                                    : ReportError(it.iteration, it.error, &reports));
+  // What `verify` and `load` of the latest would fail on (a garbage tracker):
+  // the three agree.
+  if (!all->latest.ok()) {
+    std::fprintf(stderr, "ckpt verify: latest: %s\n", all->latest.ToString().c_str());
+    rc = std::max(rc, ExitCodeOf(all->latest));
+  }
+  if (f.json) {
+    nlohmann::json j{{"ok", rc == kExitOk}, {"iterations", reports}};
+    j["latest"] = all->latest.ok() ? nlohmann::json(nullptr) : nlohmann::json(all->latest.ToString());
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s: %zu iterations verified\n", rc == kExitOk ? "OK" : "FAILED", all->iterations.size());
+  }
+  return rc;
 }
 
 }  // namespace
 
 int RunVerify(const VerifyFlags& f) {
+  if (f.all_iterations) return VerifyAll(f);
   nlohmann::json reports = nlohmann::json::array();
-  int rc = kExitOk;
-  if (!f.all_iterations) {
-    rc = VerifyOne(f, f.opts.iteration, &reports);
-  } else {
-    auto iters = ListIterations(DefaultEnv(), f.root);
-    if (!iters.ok() || iters->empty()) {
-      std::fprintf(stderr, "ckpt verify: no iterations under '%s'%s\n", f.root.c_str(),
-                   iters.ok() ? "" : (": " + iters.status().ToString()).c_str());
-      return kExitError;
-    }
-    for (int64_t it : *iters) rc = std::max(rc, VerifyOne(f, it, &reports));
-    if (!f.json) std::printf("%s: %zu iterations verified\n", rc == kExitOk ? "OK" : "FAILED", iters->size());
-  }
-  if (f.json && !f.all_iterations) std::printf("%s\n", reports[0].dump(2).c_str());
-  if (f.json && f.all_iterations)
-    std::printf("%s\n", nlohmann::json{{"ok", rc == kExitOk}, {"iterations", reports}}.dump(2).c_str());
+  const VerifyOptions o = OptionsOf(f, f.opts.iteration);
+  auto r = VerifyCheckpoint(DefaultEnv(), f.root, o);
+  const int rc = r.ok() ? Report(f, o, *r, true, &reports) : ReportError(f.opts.iteration, r.status(), &reports);
+  if (f.json) std::printf("%s\n", reports[0].dump(2).c_str());
   return rc;
 }
 

@@ -88,6 +88,16 @@ Result<std::string> HashOutsideChunks(Env* env, const std::string& path, uint64_
   return hash.FinishHex();
 }
 
+Status CheckMetaHash(Env* env, const std::string& path, const Manifest& m, int file) {
+  const std::string& want = m.files[size_t(file)].meta_sha256;
+  if (want.empty()) return Status::Ok();
+  CKPT_ASSIGN_OR_RETURN(std::string got, HashOutsideChunks(env, path, m.files[size_t(file)].size,
+                                                           ChunkRangesOfFile(m, file)));
+  if (got == want) return Status::Ok();
+  return Status::Corruption("'" + path + "': HDF5 metadata damaged: the bytes outside the chunks hash " +
+                            got.substr(0, 16) + "..., the manifest says " + want.substr(0, 16) + "...");
+}
+
 Status RecordMetaHash(Env* env, const std::string& path, int file, Manifest* m) {
   CKPT_ASSIGN_OR_RETURN(m->files[size_t(file)].meta_sha256,
                         HashOutsideChunks(env, path, m->files[size_t(file)].size, ChunkRangesOfFile(*m, file)));

@@ -34,6 +34,12 @@ std::vector<std::pair<uint64_t, uint64_t>> ChunkRangesOfFile(const Manifest& m, 
 [[nodiscard]] Result<std::string> HashOutsideChunks(Env* env, const std::string& path, uint64_t file_size,
                                                     const std::vector<std::pair<uint64_t, uint64_t>>& chunks);
 
+// OK when the bytes of file `file` of `m` (at `path`) outside its chunks
+// hash to m.files[file].meta_sha256, or when the manifest records none (v1);
+// kCorruption naming the path and both hashes otherwise; the Env's error when
+// the file cannot be read.
+[[nodiscard]] Status CheckMetaHash(Env* env, const std::string& path, const Manifest& m, int file);
+
 // Sets m->files[file].meta_sha256 from the file at `path` (written and closed;
 // m's records of that file complete). Writers call it after Finish().
 [[nodiscard]] Status RecordMetaHash(Env* env, const std::string& path, int file, Manifest* m);

@@ -130,6 +130,10 @@ struct LoadOptions {
   // On a failed attempt (any error but a Timeout: damage, a missing
   // iteration, a gap/shape/dtype the manifest describes) try the next older
   // committed iteration; LoadStats::skipped says what was skipped and why.
+  // With fallback the HDF5 metadata hash of every file read is checked too
+  // (the iteration loaded is one `verify` passes). A single-rank load of the
+  // latest (either mode) whose iteration was removed meanwhile (retention)
+  // resolves "latest" again: the root moved on, nothing was damaged.
   bool fallback = false;
   int threads = kAutoThreads;  // read/verify/decode workers of this rank (auto: DefaultWorkerThreads(comm))
   // Read-ahead: each worker keeps up to this many stored bytes of its next
@@ -194,6 +198,11 @@ Result<int64_t> ReadTracker(Env* env, const std::string& root);
 Result<int64_t> LatestIteration(Env* env, const std::string& root);
 // Committed iterations present under root, ascending.
 Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root);
+// Whether root holds the directory of `iteration` now. A reader that found a
+// problem asks again: a directory gone by then was removed (retention renames
+// an iteration away before deleting it; another process), not damaged. A
+// failing Stat counts as present (never hides damage). (latest.cc)
+bool IterationPresent(Env* env, const std::string& root, int64_t iteration);
 // The manifest's shards as the read planner's input (chunk layout and stored sizes).
 std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m);
 // Reads and verifies the manifest of `iteration` (-1: latest): self-hash,

@@ -1,4 +1,5 @@
-// LatestIteration: the tracker as a lower bound, committed dirs above it first.
+// LatestIteration: the tracker as a lower bound, committed dirs above it first;
+// IterationPresent: whether an iteration's dir is still there (removed, not damaged).
 #include "ckpt/protocol/checkpoint.h"
 
 namespace ckpt {
@@ -13,6 +14,11 @@ Result<int64_t> LatestIteration(Env* env, const std::string& root) {
     if (ReadManifest(env, root, *it).ok()) return *it;
   }
   return tracked;
+}
+
+bool IterationPresent(Env* env, const std::string& root, int64_t iteration) {
+  Result<FileInfo> info = env->Stat(JoinPath(root, IterDirName(iteration)));
+  return !info.ok() || info->IsDirOrLinkToDir();
 }
 
 }  // namespace ckpt

@@ -139,6 +139,10 @@ Result<LoadStats> LoadFromManifest(ShardedStateDict& state, const LoadOptions& o
   // A wrong layout of a present key says more than the missing keys do.
   if (m.ok() && !keys.ok() && (cp.ok() || cp.status().code() == Code::kNotFound)) cp = keys;
   const std::string dir = JoinPath(opts.root, IterDirName(m.ok() ? m->iteration : iteration));
+  // --fallback promises the newest iteration that verifies: the HDF5
+  // metadata of the files read is checked too (chunks alone carry hashes).
+  if (opts.fallback && cp.ok())
+    if (Status meta = load_internal::CheckMetaOfReadFiles(env, dir, *m, *cp, state); !meta.ok()) cp = meta;
   if (SharesReads(opts)) {
     // Collective over the group even when this rank could not plan: its error
     // reaches the others at once instead of after a deadline.
@@ -278,44 +282,77 @@ Status NothingLoadable(const std::string& root, const std::vector<Status>& skipp
   return Status(code, why);
 }
 
-Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
-  Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(env, opts.root);
-  if (!opts.fallback) {
+// A rank that loads alone may resolve "latest" again when the iteration it
+// tried is gone by then: retention removed it after a newer commit, so the
+// root moved on and nothing was damaged. Ranks that load together keep one
+// order (each would re-list the changing root on its own).
+constexpr int kLoadAttempts = 5;
+bool MayResolveAgain(const LoadOptions& opts) {
+  return opts.iteration < 0 && (!opts.comm || opts.comm->size() == 1) && !SharesReads(opts);
+}
+bool RemovedMeanwhile(Env* env, const LoadOptions& opts, int64_t it, int attempt, std::vector<std::string>* notes) {
+  if (!MayResolveAgain(opts) || attempt + 1 >= kLoadAttempts || IterationPresent(env, opts.root, it)) return false;
+  notes->push_back(IterDirName(it) + " was removed while it was loaded (retention after a newer commit; not damage)");
+  return true;
+}
+
+Result<LoadStats> LoadWithoutFallback(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
+  std::vector<std::string> removed;
+  for (int attempt = 0;; ++attempt) {
+    Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(env, opts.root);
     if (!tracked.ok()) return tracked.status();
     Result<LoadStats> r = LoadIteration(state, opts, env, *tracked);
+    if (!r.ok() && RemovedMeanwhile(env, opts, *tracked, attempt, &removed)) continue;
     if (r.ok() && opts.iteration < 0)
       if (auto iters = ListIterations(env, opts.root); iters.ok())
         NoteNewerSkipped(env, opts.root, r->iteration, *iters, &r->skipped);
+    if (r.ok()) r->skipped.insert(r->skipped.end(), removed.begin(), removed.end());
     return r;
   }
-  // Fallback: newest committed iteration (at or below the requested one) that
-  // loads and verifies on every rank; the ranks decide each attempt together,
-  // so one rank's damaged file moves all of them to the same older iteration.
-  CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, opts.root));
-  std::vector<Status> skipped;
-  if (!tracked.ok()) skipped.push_back(Status(tracked.status().code(), "tracker: " + tracked.status().ToString()));
-  if (tracked.ok() && !std::binary_search(iters.begin(), iters.end(), *tracked))
-    skipped.push_back(Status::NotFound(IterDirName(*tracked) + ": " +
-                                       (opts.iteration >= 0 ? "requested" : "named by the tracker") +
-                                       " but not present"));
-  for (auto it = iters.rbegin(); it != iters.rend(); ++it) {
-    if (tracked.ok() && *it > *tracked) continue;
-    auto r = LoadIteration(state, opts, env, *it);
-    bool worth = true;
-    Status failure;
-    CKPT_RETURN_IF_ERROR(AgreeOnAttempt(r, opts, &failure, &worth));
-    if (failure.ok()) {
-      if (opts.iteration < 0 && tracked.ok())  // those at or below it failed in this loop
-        NoteNewerSkipped(env, opts.root, *tracked, iters, &r->skipped);
-      for (const auto& s : skipped) r->skipped.push_back(s.message());
-      return r;
+}
+
+// Fallback: newest committed iteration (at or below the requested one) that
+// loads and verifies on every rank; the ranks decide each attempt together,
+// so one rank's damaged file moves all of them to the same older iteration.
+// A pass ends early (and the root is listed again) when the iteration that
+// failed was removed meanwhile (MayResolveAgain).
+Result<LoadStats> LoadFallback(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
+  std::vector<std::string> removed;
+  for (int attempt = 0;; ++attempt) {
+    Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(env, opts.root);
+    CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, opts.root));
+    std::vector<Status> skipped;
+    if (!tracked.ok()) skipped.push_back(Status(tracked.status().code(), "tracker: " + tracked.status().ToString()));
+    if (tracked.ok() && !std::binary_search(iters.begin(), iters.end(), *tracked))
+      skipped.push_back(Status::NotFound(IterDirName(*tracked) + ": " +
+                                         (opts.iteration >= 0 ? "requested" : "named by the tracker") +
+                                         " but not present"));
+    bool again = false;
+    for (auto it = iters.rbegin(); it != iters.rend() && !again; ++it) {
+      if (tracked.ok() && *it > *tracked) continue;
+      auto r = LoadIteration(state, opts, env, *it);
+      bool worth = true;
+      Status failure;
+      CKPT_RETURN_IF_ERROR(AgreeOnAttempt(r, opts, &failure, &worth));
+      if (failure.ok()) {
+        if (opts.iteration < 0 && tracked.ok())  // those at or below it failed in this loop
+          NoteNewerSkipped(env, opts.root, *tracked, iters, &r->skipped);
+        for (const auto& s : skipped) r->skipped.push_back(s.message());
+        r->skipped.insert(r->skipped.end(), removed.begin(), removed.end());
+        return r;
+      }
+      if (!worth)
+        return Status(Code::kAborted, "load of " + IterDirName(*it) + " failed on " + failure.message(),
+                      failure.origin_rank(), failure.phase());
+      again = RemovedMeanwhile(env, opts, *it, attempt, &removed);
+      if (!again) skipped.push_back(failure.WithContext(IterDirName(*it)));
     }
-    if (!worth)
-      return Status(Code::kAborted, "load of " + IterDirName(*it) + " failed on " + failure.message(),
-                    failure.origin_rank(), failure.phase());
-    skipped.push_back(failure.WithContext(IterDirName(*it)));
+    if (!again) return NothingLoadable(opts.root, skipped);
   }
-  return NothingLoadable(opts.root, skipped);
+}
+
+Result<LoadStats> LoadLocal(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
+  return opts.fallback ? LoadFallback(state, opts, env) : LoadWithoutFallback(state, opts, env);
 }
 
 }  // namespace
@@ -440,13 +477,23 @@ Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iterati
   CKPT_ASSIGN_OR_RETURN(FileInfo d, env->Stat(dir));
   if (!d.IsDirOrLinkToDir()) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
   const std::string path = JoinPath(dir, kManifestName);
+  // A dir gone by the time its manifest is read was removed (retention after
+  // a newer commit), not damaged: kNotFound, as if it had not been listed.
+  const auto removed = [&] {
+    return Status::NotFound("checkpoint directory '" + dir + "' was removed while it was read");
+  };
   CKPT_ASSIGN_OR_RETURN(FileInfo f, env->Stat(path));
-  if (!f.exists)
+  if (!f.exists) {
+    if (!IterationPresent(env, root, iteration)) return removed();
     return Status::Corruption("checkpoint directory '" + dir + "' has no manifest: not a committed checkpoint");
+  }
   if (f.size > kMaxManifestBytes)  // refused by its size, before a byte is read
     return Status::Corruption("manifest '" + path + "': " + std::to_string(f.size) + " bytes, more than the limit of " +
                               std::to_string(kMaxManifestBytes) + " (docs/FORMAT.md, limits)");
-  CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, path));
+  Result<std::string> read = ReadFileToString(env, path);
+  if (!read.ok() && read.status().code() == Code::kNotFound && !IterationPresent(env, root, iteration))
+    return removed();
+  CKPT_ASSIGN_OR_RETURN(std::string bytes, std::move(read));
   CKPT_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes, path));
   // A committed manifest must also tile every tensor exactly once (a partial,
   // per-rank one need not): checked here, so load checks coverage as verify does.

@@ -70,6 +70,14 @@ ShardedStateDict Without(const ShardedStateDict& state, const std::vector<std::s
 // opts.strict raises on them.
 Status AgreeUnexpected(const LoadOptions& opts, LoadStats* stats);
 
+// The files of `m` (under `dir`) this rank reads - those holding a chunk of
+// `cp` or an object `state` requests - against their metadata hash
+// (file_meta_hash.h CheckMetaHash): OK, or the first file's kCorruption.
+// load --fallback checks it, so the iteration it picks is one `verify` passes.
+// (load_meta.cc)
+Status CheckMetaOfReadFiles(Env* env, const std::string& dir, const Manifest& m, const ChunkPlan& cp,
+                            const ShardedStateDict& state);
+
 // Runs fn(0..n-1), fn(0) on the calling thread, the rest on their own; joins all.
 void RunWorkers(size_t n, const std::function<void(size_t)>& fn);
 

@@ -148,27 +148,140 @@ std::string VerifyIssue::ToString() const {
   return s + (s.empty() ? "" : ": ") + problem;
 }
 
-Result<VerifyReport> VerifyCheckpoint(Env* env, const std::string& root, const VerifyOptions& opts) {
-  const auto start = std::chrono::steady_clock::now();
-  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(env, root, opts.iteration));
+namespace {
+
+std::string Iter(int64_t it) { return "iteration " + std::to_string(it); }
+
+// One iteration's check: its manifest (an error if it cannot be trusted),
+// then every file and chunk.
+Result<VerifyReport> VerifyIteration(Env* env, const std::string& root, int64_t iteration, const VerifyOptions& opts) {
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(env, root, iteration));
   VerifyReport report;
   report.iteration = m.iteration;
   Verifier(env, JoinPath(root, IterDirName(m.iteration)), m, opts, &report).Run();
-  if (opts.iteration < 0) {
+  return report;
+}
+
+// The report of an iteration removed while it was checked: not damage.
+VerifyReport Removed(int64_t iteration, const Result<VerifyReport>& seen, std::vector<std::string> notes) {
+  VerifyReport report = seen.ok() ? *seen : VerifyReport{};
+  report.iteration = iteration;
+  report.removed = true;
+  report.issues.clear();
+  report.notes = std::move(notes);
+  return report;
+}
+
+std::string RemovedNote(int64_t it, const Result<VerifyReport>& seen) {
+  std::string what = !seen.ok()         ? seen.status().ToString()
+                     : seen->ok()       ? std::string("it read as healthy")
+                                        : std::to_string(seen->issues.size()) + " problem(s), e.g. " +
+                                              seen->issues[0].ToString();
+  return Iter(it) + " was removed (retention or another process) while it was verified; not damage (seen: " +
+         what + ")";
+}
+
+// Latest mode, after `verified` was checked: every iteration listed above it
+// now. One whose manifest reads was committed after "latest" was resolved (a
+// note); one that does not read is an issue unless it is gone by then.
+void CheckNewer(Env* env, const std::string& root, int64_t verified, VerifyReport* report) {
+  auto iters = ListIterations(env, root);
+  for (int64_t it : iters.ok() ? *iters : std::vector<int64_t>{}) {
+    if (it <= verified) continue;
+    Result<Manifest> newer = ReadManifest(env, root, it);
+    if (newer.ok()) {
+      report->notes.push_back(Iter(it) + " was committed while " + Iter(verified) + " was verified (not checked)");
+    } else if (!IterationPresent(env, root, it)) {
+      report->notes.push_back(Iter(it) + " was removed while the root was read");
+    } else {
+      report->issues.push_back({JoinPath(root, IterDirName(it)), "", "", -1,
+                                Iter(it) + " is newer than the verified " + Iter(verified) +
+                                    " but not a readable checkpoint: " + newer.status().ToString()});
+    }
+  }
+}
+
+}  // namespace
+
+Result<VerifyReport> VerifyCheckpoint(Env* env, const std::string& root, const VerifyOptions& opts) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool latest = opts.iteration < 0;
+  std::vector<std::string> notes;
+  Result<VerifyReport> r = Status::Internal("not verified");
+  for (int attempt = 0; attempt < kVerifyAttempts; ++attempt) {
+    Result<int64_t> it_or = latest ? LatestIteration(env, root) : Result<int64_t>(opts.iteration);
+    if (!it_or.ok()) return it_or.status();
+    const int64_t it = *it_or;
+    // A given iteration absent from the start is the caller's error (kNotFound).
+    if (!latest && !IterationPresent(env, root, it))
+      return Status::NotFound("checkpoint directory '" + JoinPath(root, IterDirName(it)) + "' does not exist");
+    r = VerifyIteration(env, root, it, opts);
+    if ((r.ok() && r->ok()) || IterationPresent(env, root, it)) break;
+    // Gone after the check: what failed was the removal, not damage.
+    notes.push_back(RemovedNote(it, r));
+    if (!latest || attempt + 1 == kVerifyAttempts) {
+      r = Removed(it, r, std::move(notes));
+      break;
+    }
+  }
+  if (!r.ok()) return r.status();
+  VerifyReport report = std::move(r).value();
+  if (!report.removed) {
+    report.notes.insert(report.notes.begin(), notes.begin(), notes.end());
     // "latest" passed over every newer committed-looking iteration whose
     // manifest does not read: a lagging tracker must not hide that damage.
-    auto iters = ListIterations(env, root);
-    for (int64_t it : iters.ok() ? *iters : std::vector<int64_t>{}) {
-      if (it <= m.iteration) continue;
-      Result<Manifest> newer = ReadManifest(env, root, it);
-      const std::string why = newer.ok() ? "reads, but is not the latest" : newer.status().ToString();
-      report.issues.push_back({JoinPath(root, IterDirName(it)), "", "", -1,
-                               "iteration " + std::to_string(it) + " is newer than the verified iteration " +
-                                   std::to_string(m.iteration) + " but not a readable checkpoint: " + why});
-    }
+    if (latest) CheckNewer(env, root, report.iteration, &report);
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
+}
+
+bool VerifyAllReport::ok() const {
+  if (!latest.ok()) return false;
+  for (const auto& i : iterations)
+    if (!i.error.ok() || !i.report.ok()) return false;
+  return true;
+}
+
+namespace {
+
+// What a load or verify of "latest" fails on before any chunk is read: the
+// tracker, or the manifest it leads to. Resolved again when the iteration it
+// named is removed meanwhile (a commit and retention ran in between).
+Status CheckLatest(Env* env, const std::string& root) {
+  Status st;
+  for (int attempt = 0; attempt < kVerifyAttempts; ++attempt) {
+    Result<int64_t> latest = LatestIteration(env, root);
+    if (!latest.ok()) return latest.status();
+    st = ReadManifest(env, root, *latest).status();
+    if (st.ok() || IterationPresent(env, root, *latest)) return st;
+  }
+  return st;
+}
+
+}  // namespace
+
+Result<VerifyAllReport> VerifyAllIterations(Env* env, const std::string& root, const VerifyOptions& opts) {
+  CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, root));
+  if (iters.empty()) return Status::NotFound("no iterations under '" + root + "'");
+  VerifyAllReport all;
+  for (int64_t it : iters) {
+    VerifyOptions o = opts;
+    o.iteration = it;
+    Result<VerifyReport> r = VerifyCheckpoint(env, root, o);
+    IterationVerify v;
+    v.iteration = it;
+    if (r.ok()) {
+      v.report = std::move(r).value();
+    } else if (!IterationPresent(env, root, it)) {  // listed, then removed before its turn
+      v.report = Removed(it, r, {RemovedNote(it, r)});
+    } else {
+      v.error = r.status();
+    }
+    all.iterations.push_back(std::move(v));
+  }
+  all.latest = CheckLatest(env, root);
+  return all;
 }
 
 }  // namespace ckpt

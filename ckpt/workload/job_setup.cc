@@ -53,6 +53,10 @@ Result<reshard::GptConfig> WithOverrides(const reshard::GptConfig& base, const s
 Result<Manifest> ReadManifestOrOlder(const std::string& root, int64_t iteration) {
   Result<Manifest> read = ReadManifest(DefaultEnv(), root, iteration);
   if (read.ok()) return read;
+  // Removed since it was resolved (retention after a newer commit): the root
+  // moved on, so the new latest describes the run.
+  if (iteration >= 0 && !IterationPresent(DefaultEnv(), root, iteration))
+    if (Result<Manifest> latest = ReadManifest(DefaultEnv(), root, -1); latest.ok()) return latest;
   auto iters = ListIterations(DefaultEnv(), root);
   if (!iters.ok()) return read;
   for (auto it = iters->rbegin(); it != iters->rend(); ++it)

@@ -26,7 +26,8 @@ Result<RankCoords> JobCoords(const ParallelConfig& layout, const Comm& comm);
 // committed iteration whose manifest reads: the model config and optimizer
 // format are the same in every iteration of a run, so a damaged latest
 // manifest or a tracker naming a missing iteration does not stop a load
-// (--fallback then decides what loads). The first error if none reads.
+// (--fallback then decides what loads); one removed since it was resolved
+// (retention) gives the new latest's. The first error if none reads.
 Result<Manifest> ReadManifestOrOlder(const std::string& root, int64_t iteration);
 
 // Resolves a --model value: a preset name with optional overrides

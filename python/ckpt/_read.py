@@ -22,7 +22,10 @@ def inspect(root, iteration=None):
 def verify(root, iteration=None):
     """Re-reads and re-hashes every byte: a dict with ok, issues (list of str), counts, and
     direct_read_bytes / files_cached (chunks are read as loads read them: O_DIRECT unless a file
-    is mostly in the page cache; CKPT_DIRECT_IO=1/0 forces either)."""
+    is mostly in the page cache; CKPT_DIRECT_IO=1/0 forces either). Saves and retention may run
+    meanwhile: what they change is not damage - notes (list of str) say what changed, and removed
+    is True (ok True, no issues) when the iteration was deleted while it was checked (for the
+    latest only after it was removed again and again)."""
     return _ckpt.verify(str(root), _iter(iteration))
 
 

@@ -141,6 +141,10 @@ pyb::dict ToDict(const VerifyReport& r) {
   pyb::list issues;
   for (const auto& i : r.issues) issues.append(i.ToString());
   d["issues"] = issues;
+  d["removed"] = r.removed;
+  pyb::list notes;
+  for (const auto& n : r.notes) notes.append(n);
+  d["notes"] = notes;
   return d;
 }
 

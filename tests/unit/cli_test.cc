@@ -96,6 +96,25 @@ TEST(CliTest, VerifyExitCodes) {
   EXPECT_NE(r.out.find("latest_checkpointed_iteration.txt"), std::string::npos) << r.out;
 }
 
+// A garbage tracker fails `verify` (and `load`) of the latest: `verify --all`
+// must not pass the root (issue 28: it exited 0).
+TEST(CliTest, VerifyAllAgreesWithVerifyOnAGarbageTracker) {
+  const std::string root = MakeCheckpoint();
+  std::ofstream(root + "/" + kTrackerName) << "x\n";
+  CmdResult one = Ckpt("verify " + root);
+  EXPECT_EQ(one.code, 1) << one.out;
+  CmdResult all = Ckpt("verify " + root + " --all");
+  EXPECT_EQ(all.code, one.code) << all.out;
+  EXPECT_NE(all.out.find("does not hold an iteration number"), std::string::npos) << all.out;
+  all = Ckpt("verify " + root + " --all --json");
+  EXPECT_EQ(all.code, 1) << all.out;
+  const size_t brace = all.out.find('{');
+  ASSERT_NE(brace, std::string::npos) << all.out;
+  auto j = nlohmann::json::parse(all.out.substr(brace));
+  EXPECT_EQ(j["ok"], false);
+  EXPECT_TRUE(j["latest"].is_string()) << all.out;
+}
+
 // Negative controls and test hooks are developer switches: hidden from the
 // user-facing help (they still parse; the repro tests use them).
 TEST(CliTest, DeveloperSwitchesAreHiddenFromHelp) {
