@@ -11,6 +11,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/suggest.h"
 
 namespace ckpt::cli {
 
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
     return exit_code;
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
+    if (rc != 0) std::fputs(SuggestFlags(app, argc, argv).c_str(), stderr);  // "did you mean --keep-last?"
     return rc == 0 ? kExitOk : kExitError;
   } catch (const std::exception& e) {
     why = e.what();

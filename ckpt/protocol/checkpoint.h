@@ -186,6 +186,11 @@ struct LoadStats {
 
 Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opts);
 
+// A hint for a root that cannot be one, to append to a "not found" message:
+// "; '<root>' is an iteration directory: pass its parent ..." (a user gave
+// .../iter_0000012/), "; root ... is a file", "; root ... does not exist";
+// "" for a directory.
+std::string RootHint(Env* env, const std::string& root);
 // The iteration the tracker names (kNotFound if there is none; kCorruption if garbage).
 Result<int64_t> ReadTracker(Env* env, const std::string& root);
 // What "latest" means: the newest committed iteration at or above the

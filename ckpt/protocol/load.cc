@@ -442,10 +442,23 @@ std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m) {
   return saved;
 }
 
+std::string RootHint(Env* env, const std::string& root) {
+  std::string r = root;
+  while (r.size() > 1 && r.back() == '/') r.pop_back();
+  if (auto it = ParseIterDirName(BaseName(r)); it.ok())
+    return "; '" + root + "' is an iteration directory: pass its parent '" + DirName(r) +
+           "' as the root (and iteration " + std::to_string(*it) + ")";
+  auto info = env->Stat(r);
+  if (!info.ok() || !info->exists) return "; root '" + root + "' does not exist";
+  if (!info->IsDirOrLinkToDir())
+    return "; root '" + root + "' is a file: the root is the directory holding the iter_N directories";
+  return "";
+}
+
 Result<int64_t> ReadTracker(Env* env, const std::string& root) {
   const std::string path = JoinPath(root, kTrackerName);
   CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
-  if (!info.exists) return Status::NotFound("no checkpoint tracker '" + path + "'");
+  if (!info.exists) return Status::NotFound("no checkpoint tracker '" + path + "'" + RootHint(env, root));
   CKPT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, path));
   std::string_view v(text);
   while (!v.empty() && (v.back() == '\n' || v.back() == ' ' || v.back() == '\r')) v.remove_suffix(1);
@@ -475,7 +488,8 @@ Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iterati
   }
   const std::string dir = JoinPath(root, IterDirName(iteration));
   CKPT_ASSIGN_OR_RETURN(FileInfo d, env->Stat(dir));
-  if (!d.IsDirOrLinkToDir()) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
+  if (!d.IsDirOrLinkToDir())
+    return Status::NotFound("checkpoint directory '" + dir + "' does not exist" + RootHint(env, root));
   const std::string path = JoinPath(dir, kManifestName);
   // A dir gone by the time its manifest is read was removed (retention after
   // a newer commit), not damaged: kNotFound, as if it had not been listed.

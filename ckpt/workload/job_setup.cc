@@ -10,10 +10,27 @@ namespace ckpt::workload {
 
 Result<ParallelConfig> JobLayout(const std::string& layout_spec, const Comm& comm) {
   CKPT_ASSIGN_OR_RETURN(ParallelConfig layout, ParallelConfig::Parse(layout_spec));
+  // DP not given (the default "tp=1" under mpirun -np 2): the ranks the other
+  // sizes leave are data parallel, as in Megatron (dp = world / (tp*pp*cp)).
+  const int model_ranks = layout.tp * layout.pp * layout.cp;
+  const bool dp_given = layout_spec.find("dp") != std::string::npos;
+  std::string why;
+  if (!dp_given && layout.world_size() != comm.size()) {
+    if (comm.size() % model_ranks == 0) {
+      ParallelConfig with_dp = layout;
+      with_dp.dp = comm.size() / model_ranks;
+      Status valid = with_dp.Validate();
+      if (valid.ok()) return with_dp;
+      why = "; dp = world / (tp*pp*cp) = " + std::to_string(with_dp.dp) + " is not valid: " + valid.message();
+    } else {
+      why = "; dp = world / (tp*pp*cp) is not whole: " + std::to_string(comm.size()) + " ranks, tp*pp*cp = " +
+            std::to_string(model_ranks);
+    }
+  }
   if (layout.world_size() != comm.size())
     return Status::InvalidArgument("layout " + layout.ToString() + " needs " + std::to_string(layout.world_size()) +
                                    " ranks, but the job has " + std::to_string(comm.size()) + " (mpirun -np " +
-                                   std::to_string(layout.world_size()) + ")");
+                                   std::to_string(layout.world_size()) + ")" + why);
   return layout;
 }
 

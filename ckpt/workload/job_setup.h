@@ -17,8 +17,10 @@
 namespace ckpt::workload {
 
 // Parses `layout_spec` and checks that `comm` has its world size; the rank's
-// coordinates. kInvalidArgument "layout tp=4 needs 4 ranks, but the job has
-// 2 (mpirun -np 4)" otherwise.
+// coordinates. A spec without dp (e.g. the default "tp=1") takes
+// dp = world / (tp*pp*cp) when that divides. kInvalidArgument "layout tp=4
+// needs 4 ranks, but the job has 2 (mpirun -np 4)" otherwise, saying why DP
+// could not fill the world.
 Result<ParallelConfig> JobLayout(const std::string& layout_spec, const Comm& comm);
 Result<RankCoords> JobCoords(const ParallelConfig& layout, const Comm& comm);
 

@@ -132,7 +132,8 @@ class Checkpointer:
                      if isinstance(e, TensorShard))
         _barrier(self.ps)
         t0 = time.perf_counter()
-        ckpt_adapter.load_entries(job, self.ckpt, entries, root, iteration, self.comm, rng)
+        ckpt_adapter.load_entries(job, self.ckpt, entries, root, iteration, self.comm, rng,
+                                  partial=not use_iterator)
         _barrier(self.ps)
         secs = time.perf_counter() - t0
         total = _sum_over_ranks(nbytes, self.ps)

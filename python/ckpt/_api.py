@@ -28,8 +28,8 @@ _STRICT = {
 }
 
 
-def _entries(state, for_load):
-    tensors, objects = flatten(state)
+def _entries(state, for_load, op="load"):
+    tensors, objects = flatten(state, strict_leaves=None if for_load else op)
     bufs = [HostBuffer(t.data, for_load) for _, t in tensors]
     entries = [(t.key, t.dtype, t.global_shape, t.global_offset, t.local_shape, t.replica_id, t.flat_range,
                 t.allow_shape_mismatch, b.address, b.nbytes) for (_, t), b in zip(tensors, bufs)]
@@ -63,7 +63,7 @@ def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=
     too: every wait has a deadline). OutcomeUnknownError: the iteration is
     visible but its commit point (the root fsync) was not confirmed.
     Returns this rank's stats."""
-    entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
+    entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False, op="save")
     return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
                       float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
                       bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io))
@@ -83,17 +83,27 @@ def _direct_read_code(direct_io):
     return int(bool(direct_io))
 
 
-def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_unexpected", timeout=60.0,
+def load(sharded_state_dict, root, iteration=None, comm=None, strict="raise_all", timeout=60.0,
          verify_hashes=True, fallback=False, stats=None, direct_io=None):
     """Loads checkpoint `iteration` (None: the latest) into every ShardedTensor in
     place, under any layout (reshard on load), and returns the state dict with each
     ShardedTensor replaced by its tensor and each ShardedObject by its loaded
     object. Collective over comm. strict: Megatron-Core's StrictHandling names
-    ("assume_ok_unexpected" (default), "raise_unexpected", "raise_all",
-    "return_unexpected" -> (state, unexpected), "return_all" -> (state, missing,
-    unexpected), "log_*", "ignore_all") or ckpt's "none|unexpected|missing|all"
-    (raise on ...). Missing keys that do not raise are skipped (left as they are).
-    stats: a dict to fill with the load's stats. direct_io: True reads the shard
+    ("raise_all" (default: a request that differs from the checkpoint in keys,
+    missing or unexpected, raises naming them - NotFoundError for keys missing
+    from the checkpoint, FailedPreconditionError for checkpoint keys not asked
+    for - so that a resume which forgot the optimizer, RNG or progress never
+    passes silently),
+    "assume_ok_unexpected", "raise_unexpected", "return_unexpected" -> (state,
+    unexpected), "return_all" -> (state, missing, unexpected), "log_*",
+    "ignore_all") or ckpt's "none|unexpected|missing|all" (raise on ...): opting
+    out is by name. Missing keys that do not raise are skipped (left as they are).
+    stats: a dict to fill with the load's stats: "iteration" (the one loaded),
+    "missing_keys" (skipped), "unexpected_keys" (in the checkpoint, not asked
+    for), "skipped" (iterations passed over, each with why). fallback=True: when
+    the iteration asked for (or the latest) fails to load, the newest older one
+    that loads is loaded instead; a fallback warns (ckpt.FallbackWarning) naming
+    the iteration asked for, the one loaded and why. direct_io: True reads the shard
     files with O_DIRECT, bypassing the page cache (faster for files not cached,
     e.g. a restarted job; slower for files still cached); False reads them
     through the page cache; "auto" decides per file (direct unless at least half
@@ -109,8 +119,10 @@ def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_
                            _direct_read_code(direct_io))
     for b in bufs:
         b.finish_load()
+    st["requested_iteration"] = iteration
     if stats is not None:
         stats.update(st)
+    _warn_skipped(st, iteration, fallback)
     missing = set(st["missing_keys"])
     loaded = {id(o): (o.data if o.key in missing else pickle.loads(blob)) for (_, o), blob in zip(objects, blobs)}
     out = rebuild(sharded_state_dict, lambda d: d.data if isinstance(d, ShardedTensor) else loaded[id(d)])
@@ -122,6 +134,22 @@ def load(sharded_state_dict, root, iteration=None, comm=None, strict="assume_ok_
     if ret == "all":
         return out, missing, set(st["unexpected_keys"])
     return out
+
+
+class FallbackWarning(UserWarning):
+    """A load loaded another iteration than the one asked for (fallback=True),
+    or passed over newer committed-looking iterations; the message says why."""
+
+
+def _warn_skipped(st, iteration, fallback):
+    """Warns when the load passed over iterations: the caller asked for
+    `iteration` (None: the latest) and got st["iteration"]."""
+    if not st["skipped"]:
+        return
+    asked = "the latest iteration" if iteration is None else f"iteration {iteration}"
+    how = "fell back to" if fallback else "loaded"
+    warnings.warn(f"ckpt load: asked for {asked}, {how} iteration {st['iteration']}; passed over: " +
+                  "; ".join(st["skipped"]), FallbackWarning, stacklevel=3)
 
 
 class _Saver:
@@ -213,7 +241,7 @@ def reserve_async_save(sharded_state_dict, comm=None):
     saver = _saver_of(comm)
     if saver.current is not None:
         saver.current.wait()
-    entries, _, bufs, _ = _entries(sharded_state_dict, for_load=False)
+    entries, _, bufs, _ = _entries(sharded_state_dict, for_load=False, op="reserve_async_save")
     capacity = saver.cpp.reserve(entries)
     del bufs  # the buffers stay alive (and unchanged) until the sizes are read
     return capacity
@@ -234,7 +262,7 @@ def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, ti
     if saver.current is not None:
         saver.current.wait()
     waited = time.monotonic() - t0
-    entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False)
+    entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False, op="async_save")
     st = saver.cpp.start(entries, objs, str(root), int(iteration), compress or "none", float(timeout),
                          _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
                          bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io))

@@ -144,8 +144,15 @@ class ShardedObject:
                 f"global_offset={self.global_offset}, replica_id={self.replica_id})")
 
 
-def flatten(state):
-    """[(path, ShardedTensor)], [(path, ShardedObject)] of a nested dict/list."""
+def _path_str(path):
+    return "state" + "".join(f"[{p!r}]" for p in path)
+
+
+def flatten(state, strict_leaves=None):
+    """[(path, ShardedTensor)], [(path, ShardedObject)] of a nested dict/list.
+    strict_leaves: the API call (e.g. "save") for which any other leaf (a plain
+    value such as "step": 5, a bare tensor, None) raises TypeError naming its
+    path, instead of being passed over: a save must never drop state silently."""
     tensors, objects = [], []
 
     def walk(node, path):
@@ -159,6 +166,11 @@ def flatten(state):
         elif isinstance(node, (list, tuple)):
             for i, v in enumerate(node):
                 walk(v, path + (i,))
+        elif strict_leaves:
+            raise TypeError(f"ckpt.{strict_leaves}: {_path_str(path)} is a {type(node).__name__}, not a "
+                            "ckpt.ShardedTensor or ckpt.ShardedObject, so it cannot be saved; wrap it (a "
+                            "tensor in ShardedTensor.from_rank_offsets, any other value in "
+                            "ShardedObject(key, value)) or leave it out of the state dict")
 
     walk(state, ())
     return tensors, objects

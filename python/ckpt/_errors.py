@@ -9,6 +9,7 @@ Every failure of the C++ library reaches Python as a CkptError with
   .message the library's message (names file, tensor, rank and phase)
   .reporting_rank / .op  the process that raised it and its API call.
 """
+import re
 
 
 class CkptError(RuntimeError):
@@ -93,8 +94,38 @@ def _rebuild(code, message, rank, phase, reporting_rank, op):
     return make_error(code, message, reporting_rank, op, rank, phase)
 
 
+_RANK_FAILED = re.compile(r"(rank \d+ failed: )+")
+
+
+def _root_cause(code, message):
+    """(code, message) of the root cause of an Aborted status: a rank that
+    aborts because another failed (or because rank 0's decision failed) gets
+    Aborted with the text "[rank <r> failed: ]<CodeName>: <message>"
+    (RemoteFailure / RankFailed in save.cc). The caller acts on the cause (a
+    used root, an existing iteration, a bad descriptor), so the cause's class
+    is raised; messages without such a prefix stay Aborted."""
+    while code == "Aborted":
+        m = _RANK_FAILED.match(message)
+        rest = message[m.end():] if m else message
+        name, sep, tail = rest.partition(": ")
+        if not sep or name not in _BY_CODE or name == "Aborted" and not m:
+            break
+        code, message = name, (message[:m.end()] if m else "") + tail
+    return code, message
+
+
+# The library names its options the CLI's way and the C++ way; a Python
+# caller reads them as the keyword it passes.
+_PY_TERMS = (("--allow-older / SaveOptions::allow_older", "allow_older=True"),
+             ("train --resume, load of the latest", "ckpt.load with iteration=None"))
+
+
 def make_error(code, message, reporting_rank, op, origin_rank=-1, phase=""):
-    """The exception for a failed ckpt Status (called by the extension)."""
+    """The exception for a failed ckpt Status (called by the extension): the
+    class of the root cause's code (_root_cause), the message in Python's terms."""
+    code, message = _root_cause(code, message)
+    for cli, py in _PY_TERMS:
+        message = message.replace(cli, py)
     cls = _BY_CODE.get(code, CkptError)
     return cls(message, code=code, rank=origin_rank if origin_rank >= 0 else reporting_rank,
                phase=phase or op, reporting_rank=reporting_rank, op=op)

@@ -101,10 +101,11 @@ def layers(n, fill):
 def test_strict_modes(root):
     ckpt.save(layers(4, True), root, 1)
     # 4-layer checkpoint as 2 layers: unexpected layers.2/3.
-    assert ckpt.load(layers(2, False), root)["l1"][0, 0] == 1  # default: assume_ok_unexpected
-    with pytest.raises(ckpt.FailedPreconditionError) as e:
-        ckpt.load(layers(2, False), root, strict="raise_unexpected")
-    assert "'layers.2.w'" in e.value.message and e.value.code == "FailedPrecondition"
+    assert ckpt.load(layers(2, False), root, strict="assume_ok_unexpected")["l1"][0, 0] == 1  # opted out by name
+    for strict in ("raise_unexpected", None):  # None: the default (raise_all)
+        with pytest.raises(ckpt.FailedPreconditionError) as e:
+            ckpt.load(layers(2, False), root, **({"strict": strict} if strict else {}))
+        assert "'layers.2.w'" in e.value.message and e.value.code == "FailedPrecondition"
     _, unexpected = ckpt.load(layers(2, False), root, strict="return_unexpected")
     assert unexpected == {"layers.2.w", "layers.3.w"}
     # ... as 6 layers: missing layers.4/5.
@@ -220,7 +221,7 @@ def test_async_save_failure_is_raised_and_nothing_published(root):
     h = ckpt.async_save(sd, root, 5)  # iteration 5 exists: the background save fails
     with pytest.raises(ckpt.CkptError) as e:
         h.wait()
-    assert e.value.code in ("AlreadyExists", "Aborted") and "exist" in e.value.message, e.value
+    assert isinstance(e.value, ckpt.AlreadyExistsError) and "exist" in e.value.message, e.value
     assert e.value.phase and e.value.rank == 0
     assert ckpt.inspect(root)["iteration"] == 5 and ckpt.verify(root)["ok"]
 
@@ -266,6 +267,94 @@ def test_errors_carry_code_rank_phase(tmp_path):
         ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.zeros(64))}, root)
     assert shard in e.value.message and e.value.code == "Corruption"
     assert pickle.loads(pickle.dumps(e.value)).code == "Corruption"
+
+
+def _training_state(step, w, m):
+    return {"model": {"w": ckpt.ShardedTensor.from_rank_offsets("model.w", w)},
+            "optim": {"exp_avg": ckpt.ShardedTensor.from_rank_offsets("optim.w.exp_avg", m)},
+            "step": ckpt.ShardedObject("step", step), "rng": ckpt.ShardedObject("rng", [1, 2, 3])}
+
+
+def test_naive_resume_of_parameters_only_raises_unless_opted_out(root):
+    """Safe default (issue 29.2): a resume that asks only for the parameters
+    used to succeed, leaving the Adam moments, RNG and step unrestored."""
+    ckpt.save(_training_state(5, torch.ones(4), torch.full((4,), 2.0)), root, 5)
+    w = torch.zeros(4)
+    with pytest.raises(ckpt.FailedPreconditionError) as e:
+        ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("model.w", w)}, root)
+    assert "optim.w.exp_avg" in e.value.message and "'step'" in e.value.message, e.value
+    st = {}
+    out = ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("model.w", w)}, root, strict="assume_ok_unexpected",
+                    stats=st)
+    assert torch.all(out["w"] == 1) and st["iteration"] == 5 and st["requested_iteration"] is None
+    assert st["unexpected_keys"] == ["optim.w.exp_avg", "rng", "step"] and st["missing_keys"] == [], st
+    # A request with a key the checkpoint lacks: NotFoundError by default.
+    more = _training_state(None, torch.zeros(4), torch.zeros(4))
+    more["sched"] = ckpt.ShardedObject("sched", None)
+    with pytest.raises(ckpt.NotFoundError, match="sched"):
+        ckpt.load(more, root)
+    back = ckpt.load(_training_state(None, torch.zeros(4), torch.zeros(4)), root)  # the full state: fine
+    assert back["step"] == 5 and back["rng"] == [1, 2, 3] and torch.all(back["optim"]["exp_avg"] == 2)
+
+
+@pytest.mark.parametrize("value, kind", [(5, "int"), (torch.ones(3), "Tensor"), (None, "NoneType"), ("x", "str")])
+def test_save_refuses_a_value_it_cannot_save(root, value, kind):
+    """Plain values in the state dict used to be passed over silently."""
+    sd = _training_state(1, torch.ones(4), torch.ones(4))
+    sd["optim"]["extra"] = [value]
+    for save in (ckpt.save, ckpt.async_save):
+        with pytest.raises(TypeError, match=rf"state\['optim'\]\['extra'\]\[0\] is a {kind}, not a ckpt"):
+            save(sd, root, 1)
+    assert not os.path.exists(root)  # nothing written
+
+
+def test_fallback_load_warns_and_says_which_iteration_and_why(root):
+    for it in (9, 12):
+        ckpt.save({"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.full((64,), float(it)))}, root, it)
+    d12 = os.path.join(root, "iter_0000012")
+    shard = [f for f in os.listdir(d12) if f.endswith(".h5")][0]
+    with open(os.path.join(d12, shard), "r+b") as f:
+        f.truncate(100)  # iteration 12 damaged
+    back, st = torch.zeros(64), {}
+    with pytest.warns(ckpt.FallbackWarning, match=r"asked for the latest iteration, fell back to iteration 9; "
+                                                  r"passed over: .*iter_0000012") as w:
+        ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", back)}, root, fallback=True, stats=st)
+    assert len(w) == 1 and torch.all(back == 9) and st["iteration"] == 9, st
+    assert any("iter_0000012" in why for why in st["skipped"]), st
+    with pytest.raises(ckpt.CkptError):  # no fallback: the damage raises
+        ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", back)}, root)
+
+
+def test_save_failures_raise_one_class_per_cause_in_python_terms(root, tmp_path):
+    """Every save failure used to raise AbortedError (issue 29.6)."""
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.ones(4))}
+    ckpt.save(sd, root, 5)
+    with pytest.raises(ckpt.FailedPreconditionError) as e:
+        ckpt.save(sd, root, 3)
+    assert e.value.code == "FailedPrecondition" and "allow_older=True" in e.value.message, e.value
+    assert "--allow-older" not in str(e.value) and "Aborted" not in str(e.value), e.value
+    ckpt.save(sd, root, 3, allow_older=True)
+    with pytest.raises(ckpt.AlreadyExistsError, match="iteration 5 already exists"):
+        ckpt.save(sd, root, 5)
+    with pytest.raises(ckpt.InvalidArgumentError, match="both hold its main replica"):
+        ckpt.save({"a": sd["w"], "b": sd["w"]}, root, 7)
+    with pytest.raises(ckpt.AlreadyExistsError, match="not a directory"):
+        ckpt.save(sd, os.path.join(root, "iter_0000005", "manifest.json"), 1)
+    # A root that is an iteration directory or a file: the message says what to pass instead.
+    with pytest.raises(ckpt.NotFoundError, match=r"is an iteration directory: pass its parent '.*ck' as the root"):
+        ckpt.load(sd, os.path.join(root, "iter_0000005") + "/")
+    with pytest.raises(ckpt.NotFoundError, match=r"is a file: the root is the directory holding"):
+        ckpt.load(sd, os.path.join(root, "iter_0000005", "manifest.json"), iteration=5)
+    with pytest.raises(ckpt.NotFoundError, match="does not exist"):
+        ckpt.load(sd, str(tmp_path / "nowhere"))
+
+
+def test_aborted_messages_map_to_the_root_cause():
+    from ckpt._errors import make_error
+    e = make_error("Aborted", "rank 1 failed: Aborted: rank 2 failed: NotFound: no file 'x'", 0, "save", 2, "plan")
+    assert type(e) is ckpt.NotFoundError and e.message == "rank 1 failed: rank 2 failed: no file 'x'" and e.rank == 2
+    e = make_error("Aborted", "ranks loaded different iterations", 0, "load")
+    assert type(e) is ckpt.AbortedError
 
 
 def test_descriptor_errors():

@@ -185,6 +185,24 @@ TEST(JobSetupTest, LayoutMustMatchTheJob) {
   EXPECT_EQ(JobCoords(*good, *comms[1])->tp, 1);
 }
 
+// `ckpt save` under mpirun -np 2 without --layout (the default "tp=1"): DP =
+// world; an explicit dp that does not fit, or a world tp*pp*cp does not
+// divide, is refused saying why.
+TEST(JobSetupTest, LayoutWithoutDpTakesTheWorldAsDp) {
+  auto comms = MakeThreadComms(2);
+  auto dp = JobLayout("tp=1", *comms[1]);
+  ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+  EXPECT_EQ(dp->dp, 2);
+  EXPECT_EQ(JobCoords(*dp, *comms[1])->dp, 1);
+  auto pinned = JobLayout("tp=1,dp=1", *comms[0]);
+  ASSERT_FALSE(pinned.ok());
+  EXPECT_NE(pinned.status().message().find("needs 1 ranks, but the job has 2"), std::string::npos);
+  auto odd = JobLayout("tp=4", *comms[0]);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("dp = world / (tp*pp*cp) is not whole"), std::string::npos)
+      << odd.status().ToString();
+}
+
 TEST(JobSetupTest, ResolvesPresetsOverridesJsonAndCheckpointConfigs) {
   std::string name;
   auto m = ResolveModel("tiny:num_layers=4", "", -1, &name);
