@@ -11,8 +11,8 @@
 namespace ckpt::cli {
 namespace {
 
-// Verifies one iteration (-1: latest), prints its report; the exit code.
-int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
+// Verifies one iteration (-1: latest), prints its report; its outcome.
+Status VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
   VerifyOptions o = f.opts;
   o.iteration = iteration;
   o.stop_at_first = !f.all_problems;
@@ -21,8 +21,8 @@ int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
   if (!r.ok()) {
     out->push_back({{"ok", false}, {"iteration", iteration}, {"error", r.status().ToString()}});
     std::fprintf(stderr, "ckpt verify: %s\n", r.status().ToString().c_str());
-    // A manifest that fails its own hash is a failed check, not a usage error.
-    return ExitCodeOf(r.status());
+    // A manifest that fails its own hash is a failed check (kCorruption), not a usage error.
+    return r.status();
   }
   const double mbps = r->seconds > 0 ? double(r->bytes_checked) / 1e6 / r->seconds : 0;
   nlohmann::json j{{"ok", r->ok()}, {"iteration", r->iteration}, {"files", r->files_checked},
@@ -41,30 +41,35 @@ int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
                 static_cast<long long>(r->files_checked), static_cast<long long>(r->chunks_checked),
                 static_cast<long long>(r->bytes_checked), r->seconds, mbps);
   }
-  return r->ok() ? kExitOk : kExitCheckFailed;
+  if (r->ok()) return Status::Ok();
+  return CheckFailed("iteration " + std::to_string(r->iteration) + ": " + std::to_string(r->issues.size()) +
+                     " problem(s)");
 }
 
 }  // namespace
 
-int RunVerify(const VerifyFlags& f) {
+Status RunVerify(const VerifyFlags& f) {
   nlohmann::json reports = nlohmann::json::array();
-  int rc = kExitOk;
+  Status worst;  // of every iteration: an error (exit 2) outranks a failed check (1)
   if (!f.all_iterations) {
-    rc = VerifyOne(f, f.opts.iteration, &reports);
+    worst = VerifyOne(f, f.opts.iteration, &reports);
   } else {
     auto iters = ListIterations(DefaultEnv(), f.root);
     if (!iters.ok() || iters->empty()) {
       std::fprintf(stderr, "ckpt verify: no iterations under '%s'%s\n", f.root.c_str(),
                    iters.ok() ? "" : (": " + iters.status().ToString()).c_str());
-      return kExitError;
+      return iters.ok() ? Status::NotFound("no iterations under '" + f.root + "'") : iters.status();
     }
-    for (int64_t it : *iters) rc = std::max(rc, VerifyOne(f, it, &reports));
-    if (!f.json) std::printf("%s: %zu iterations verified\n", rc == kExitOk ? "OK" : "FAILED", iters->size());
+    for (int64_t it : *iters) {
+      Status st = VerifyOne(f, it, &reports);
+      if (ExitCodeOf(st) > ExitCodeOf(worst)) worst = st;
+    }
+    if (!f.json) std::printf("%s: %zu iterations verified\n", worst.ok() ? "OK" : "FAILED", iters->size());
   }
   if (f.json && !f.all_iterations) std::printf("%s\n", reports[0].dump(2).c_str());
   if (f.json && f.all_iterations)
-    std::printf("%s\n", nlohmann::json{{"ok", rc == kExitOk}, {"iterations", reports}}.dump(2).c_str());
-  return rc;
+    std::printf("%s\n", nlohmann::json{{"ok", worst.ok()}, {"iterations", reports}}.dump(2).c_str());
+  return worst;
 }
 
 }  // namespace ckpt::cli

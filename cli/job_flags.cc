@@ -8,9 +8,9 @@
 
 namespace ckpt::cli {
 
-int Fail(const char* cmd, int rank, const Status& st) {
+Status Fail(const char* cmd, int rank, const Status& st) {
   std::fprintf(stderr, "ckpt %s: rank %d: %s\n", cmd, rank, st.ToString().c_str());
-  return ExitCodeOf(st);
+  return st;
 }
 
 // The communicator whose ranks share load reads (load_share.h): "dp" = ranks
