@@ -18,11 +18,11 @@ from ._errors import (AbortedError, AlreadyExistsError, CkptError, CkptIOError, 
                       CorruptionError, FailedPreconditionError, InternalError, InvalidArgumentError,
                       NoSpaceError, NotFoundError, UnimplementedError)
 from ._convert import convert
-from ._read import fingerprint, inspect, read_tensor, verify
+from ._read import Fingerprint, fingerprint, inspect, read_tensor, verify
 from ._tensors import bf16_to_float32, float32_to_bf16
 
 __all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "reserve_async_save", "AsyncSaveHandle", "MpiComm",
-           "TorchComm", "inspect", "verify", "fingerprint", "read_tensor", "bf16_to_float32", "float32_to_bf16",
+           "TorchComm", "inspect", "verify", "fingerprint", "Fingerprint", "read_tensor", "bf16_to_float32", "float32_to_bf16",
            "CkptError", "CkptTimeoutError", "NotFoundError", "CorruptionError", "AbortedError",
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",
            "NoSpaceError", "UnimplementedError", "InternalError"]

@@ -23,10 +23,26 @@ namespace {
 Comm* CommOf(const std::shared_ptr<CommHandle>& h) { return h ? h->get() : nullptr; }
 int RankOf(const std::shared_ptr<CommHandle>& h) { return h && h->get() ? h->get()->rank() : 0; }
 Millis MillisOf(double seconds) { return Millis(int64_t(seconds * 1000.0)); }
+int WorldOf(const std::shared_ptr<CommHandle>& h) { return h && h->get() ? h->get()->size() : 1; }
+
+// The manifest's "layout" of a Python-API save: the caller's layout= object
+// plus "world", the size of the comm the save runs over. TP/PP/DP are not
+// inferred: generic descriptors do not say which parallel group shards them
+// (docs/FORMAT.md); a caller that knows them passes layout={"tp": ..., ...}.
+nlohmann::json LayoutOf(const std::string& layout, int world) {
+  nlohmann::json j = nlohmann::json::parse(layout);
+  if (!j.is_object()) Check(Status::InvalidArgument("layout must be a dict, not " + j.dump()), 0, "save");
+  if (!j.contains("world")) j["world"] = world;
+  if (j["world"] != world)
+    Check(Status::InvalidArgument("layout " + j.dump() + " names world " + j["world"].dump() + ", but the comm has " +
+                                  std::to_string(world) + " rank(s)"),
+          0, "save");
+  return j;
+}
 
 SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::string& compress, double timeout_s,
                      const std::string& metadata, const std::string& layout, int64_t chunk_bytes,
-                     bool allow_older, const std::string& chunk_hash, int direct_io) {
+                     bool allow_older, const std::string& chunk_hash, int direct_io, int world) {
   SaveOptions o;
   if (direct_io >= 0) o.write.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides (on unless 0)
   o.write.hash = Value(ParseChunkHash(chunk_hash), -1, "save");
@@ -37,7 +53,7 @@ SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::stri
   o.write.codec.compression = Value(ParseCompression(compress), -1, "save");
   if (chunk_bytes > 0) o.write.chunk_bytes = chunk_bytes;
   o.metadata = nlohmann::json::parse(metadata);
-  o.layout = nlohmann::json::parse(layout);
+  o.layout = LayoutOf(layout, world);
   return o;
 }
 
@@ -46,8 +62,8 @@ pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::st
                const std::string& metadata, const std::string& layout, int64_t chunk_bytes, bool allow_older,
                const std::string& chunk_hash, int direct_io) {
   ShardedStateDict sd = StateOf(tensors, objects);
-  SaveOptions o =
-      SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash, direct_io);
+  SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older,
+                           chunk_hash, direct_io, WorldOf(comm));
   o.comm = CommOf(comm);
   Result<SaveStats> r = Status::Internal("not run");
   {
@@ -97,8 +113,8 @@ class PyAsyncSaver {
                   const std::string& layout, int64_t chunk_bytes, bool allow_older, const std::string& chunk_hash,
                   int direct_io) {
     ShardedStateDict sd = StateOf(tensors, objects);
-    SaveOptions o =
-        SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older, chunk_hash, direct_io);
+    SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older,
+                             chunk_hash, direct_io, WorldOf(comm_));
     Result<AsyncStartStats> r = Status::Internal("not run");
     {
       pyb::gil_scoped_release nogil;
