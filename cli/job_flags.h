@@ -28,7 +28,8 @@ struct JobFlags {
 Status RunSave(const JobFlags& f);
 Status RunLoad(const JobFlags& f);
 
-// Prints "ckpt <cmd>: rank <r>: <status>" and returns st.
+// Prints "ckpt <cmd>: rank <r>: <status>" ("ckpt <cmd>: <status>" for a
+// rank < 0: not known yet) and returns st.
 Status Fail(const char* cmd, int rank, const Status& st);
 
 // The communicator whose ranks share load reads (load_share.h): "dp" = ranks

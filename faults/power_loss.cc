@@ -282,7 +282,7 @@ class Replayer {
 
   Status RewindFile(const std::string& path, const std::vector<const Item*>& list) {
     CKPT_ASSIGN_OR_RETURN(FileInfo info, env_->Stat(path));
-    if (!info.exists || info.is_dir) return Status::Ok();
+    if (info.kind != FileKind::kFile) return Status::Ok();
     CKPT_ASSIGN_OR_RETURN(std::string now, ReadFileToString(env_, path));
     std::string old = now;  // the durable image: every non-durable change undone
     for (auto it = list.rbegin(); it != list.rend(); ++it) Undo((*it)->rec, old);

@@ -50,7 +50,7 @@ class Cursor {
 std::string ContentIfFile(Env* env, const std::string& path, bool* existed) {
   *existed = false;
   auto info = env->Stat(path);
-  if (!info.ok() || !info->exists || info->is_dir) return "";
+  if (!info.ok() || info->kind != FileKind::kFile) return "";  // never read through a link
   auto data = ReadFileToString(env, path);
   if (!data.ok()) return "";
   *existed = true;

@@ -27,12 +27,19 @@ std::string LayerPrefix(const std::string& name) {
 // Registration order inside a TransformerLayer: Attention.__init__ builds
 // linear_proj, then SelfAttention.__init__ builds linear_qkv; so in
 // named_parameters linear_proj comes first although the forward (and
-// GptShards' module order) runs qkv first.
-int RegistrationRank(const std::string& rest) {
-  static const char* kOrder[] = {"input_layernorm.", "self_attention.linear_proj.",
+// GptShards' module order) runs qkv first. With the Transformer Engine spec
+// the input norm is linear_qkv's layer_norm_weight (TE LayerNormLinear
+// registers it before its weight), so it follows linear_proj; the local
+// spec's input_layernorm module comes before the attention. The pre-MLP norm
+// (fused into fc1, or a module of its own) precedes the rest of the MLP either way.
+int RegistrationRank(const std::string& rest, bool te_spec) {
+  static const char* kLocal[] = {"input_layernorm.", "self_attention.linear_proj.",
                                  "self_attention.linear_qkv.", "pre_mlp_layernorm."};
+  static const char* kTe[] = {"self_attention.linear_proj.", "input_layernorm.",
+                              "self_attention.linear_qkv.", "pre_mlp_layernorm."};
+  const char* const* order = te_spec ? kTe : kLocal;
   for (int i = 0; i < 4; ++i)
-    if (rest.rfind(kOrder[i], 0) == 0) return i;
+    if (rest.rfind(order[i], 0) == 0) return i;
   return 4;  // the MLP (router, experts, fc1, fc2: already in registration order)
 }
 
@@ -78,9 +85,10 @@ std::vector<ParamInfo> McoreParams(const GptConfig& cfg, const ParallelConfig& p
     const std::string prefix = LayerPrefix(params[i].name);
     size_t j = i + 1;
     while (j < params.size() && !prefix.empty() && LayerPrefix(params[j].name) == prefix) ++j;
+    const bool te = cfg.norm_keys == GptConfig::NormKeys::kTe;
     std::stable_sort(params.begin() + i, params.begin() + j, [&](const auto& a, const auto& b) {
-      return RegistrationRank(a.name.substr(prefix.size())) <
-             RegistrationRank(b.name.substr(prefix.size()));
+      return RegistrationRank(a.name.substr(prefix.size()), te) <
+             RegistrationRank(b.name.substr(prefix.size()), te);
     });
     i = j;
   }
@@ -216,7 +224,12 @@ Result<std::vector<RankBuffer>> GptRankBuffers(const GptConfig& cfg, const Paral
         rb.dp_domain = expert ? "expert_dp_group_idx_" + Str(expert_group)
                               : "dp_group_idx_" + Str(dense_group);
         rb.dp_rank = expert ? coords.expert_dp : DpCpRank(pc, coords);
-        rb.mp_rank = coords.tp + pc.tp * coords.pp;  // expert TP == TP here
+        // MCore's data_parallel_group_idx: the rank in the optimizer's model-
+        // parallel group, TP x PP for dense buffers and expert TP x EP x PP
+        // (parallel_state 'tp-ep-pp', expert TP == TP here) for expert ones, so
+        // the EP ranks of one expert-DP group write distinct keys.
+        rb.mp_rank = expert ? coords.tp + pc.tp * (coords.ep + pc.ep * coords.pp)
+                            : coords.tp + pc.tp * coords.pp;
         rb.chained = has_experts ? int(expert) : -1;
         // DDP turns bucketing off on pp stages > 0 and for model chunks > 0.
         rb.bucket_elems = coords.pp == 0 && chunk == 0 && opts.bucket_elems > 0 ? opts.bucket_elems : 0;

@@ -32,8 +32,11 @@
 //    tensor "[chained_<i>.]optimizer.distributed.dp_group_idx_<m>.gbuf_idx_<g>.
 //    dtype_<(param dtype, grad dtype)>.bucket_idx_<b>.<s>" (s in {param,
 //    exp_avg, exp_avg_sq}) of the bucket's UNPADDED size; DP rank r holds
-//    [r * slice, min((r + 1) * slice, unpadded)). m is the model-parallel rank
-//    (tp_rank + tp * pp_rank, MCore's data_parallel_group_idx); "chained_<i>."
+//    [r * slice, min((r + 1) * slice, unpadded)). m is MCore's
+//    data_parallel_group_idx, the rank in the optimizer's model-parallel
+//    group: tp_rank + tp * pp_rank for dense buffers, tp_rank + tp * (ep_rank +
+//    ep * pp_rank) for expert ones (expert TP x EP x PP, optimizer/__init__.py
+//    get_megatron_optimizer, parallel_state.py 'tp-ep-pp'); "chained_<i>."
 //    (0 dense, 1 experts) appears when the rank has expert buffers (two chained
 //    optimizers). Objects "<prefix>per_bucket_numel" and
 //    "<prefix>per_bucket_numel_unpadded" hold the bucket sizes per buffer
@@ -149,7 +152,8 @@ struct RankBuffer {
 
 // The rank's buffers, from its model shards (GptShards) in MCore registration
 // order (the module order, except that attention registers linear_proj before
-// linear_qkv).
+// linear_qkv, and with GptConfig::norm_keys kTe the input norm - TE's
+// linear_qkv.layer_norm_weight - after linear_proj too).
 Result<std::vector<RankBuffer>> GptRankBuffers(const GptConfig& cfg, const ParallelConfig& pc,
                                                const RankCoords& coords,
                                                const std::vector<GptShard>& model_shards,

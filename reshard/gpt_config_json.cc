@@ -23,7 +23,8 @@ json GptConfigToJson(const GptConfig& c) {
           {"first_stage_layers", c.first_stage_layers},
           {"last_stage_layers", c.last_stage_layers},
           {"stack_layers", c.stack_layers},
-          {"extra_state", c.extra_state}};
+          {"extra_state", c.extra_state},
+          {"norm_keys", std::string(NormKeysName(c.norm_keys))}};
   MoeConfigToJson(c, &j);
   return j;
 }
@@ -75,6 +76,8 @@ Result<GptConfig> GptConfigFromJson(const json& j) {
     c.last_stage_layers = j.value("last_stage_layers", -1);
     c.stack_layers = j.value("stack_layers", false);
     c.extra_state = j.value("extra_state", false);
+    // Checkpoints written before MCore's norm keys were adopted record no style.
+    CKPT_ASSIGN_OR_RETURN(c.norm_keys, ParseNormKeys(j.value("norm_keys", std::string("legacy"))));
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("bad GPT config in checkpoint metadata: ") + e.what());
   }

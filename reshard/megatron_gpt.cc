@@ -91,14 +91,16 @@ void AttachExtraState(Builder& b, size_t at, const Place& p) {
 void EmitLayer(Builder& b, const std::string& chunk_prefix, int local_index, int global_layer) {
   const GptConfig& cfg = b.cfg;
   const int64_t h = cfg.hidden, ffn = cfg.ffn_hidden;
-  auto place = [&](const std::string& name) {
+  // `name`: the local module's parameter; `key_name`: its key when it differs.
+  auto place = [&](const std::string& name, const std::string& key_name = "") {
+    const std::string& k = key_name.empty() ? name : key_name;
     Place p;
     p.param = chunk_prefix + "decoder.layers." + Str(local_index) + "." + name;
     if (cfg.stack_layers) {
-      p.key = "decoder.layers." + name;
+      p.key = "decoder.layers." + k;
       p.stacked_layer = global_layer;
     } else {
-      p.key = "decoder.layers." + Str(global_layer) + "." + name;
+      p.key = "decoder.layers." + Str(global_layer) + "." + k;
     }
     return p;
   };
@@ -110,7 +112,7 @@ void EmitLayer(Builder& b, const std::string& chunk_prefix, int local_index, int
     AttachExtraState(b, at, p);
   };
   const bool bias = cfg.add_bias_linear;
-  EmitReplicated(b, place("input_layernorm.weight"), {h});
+  EmitReplicated(b, place("input_layernorm.weight", LayerNormKeyName(cfg, LayerNorm::kInput)), {h});
   linear("self_attention.linear_qkv.weight",
          [&](const Place& p) { EmitTpSplit(b, p, {cfg.qkv_rows(), h}, 0); });
   if (bias || cfg.qkv_bias)
@@ -118,7 +120,7 @@ void EmitLayer(Builder& b, const std::string& chunk_prefix, int local_index, int
   linear("self_attention.linear_proj.weight",
          [&](const Place& p) { EmitTpSplit(b, p, {h, cfg.num_heads * cfg.head_dim()}, 1); });
   if (bias) EmitReplicated(b, place("self_attention.linear_proj.bias"), {h});
-  EmitReplicated(b, place("pre_mlp_layernorm.weight"), {h});
+  EmitReplicated(b, place("pre_mlp_layernorm.weight", LayerNormKeyName(cfg, LayerNorm::kPreMlp)), {h});
   if (cfg.num_experts > 0) {
     const std::string key_prefix =
         cfg.stack_layers ? "decoder.layers." : "decoder.layers." + Str(global_layer) + ".";
@@ -210,6 +212,31 @@ ShardedObject ExtraStateObject(const std::string& weight_key,
   if (prefix_axes.empty()) o = {o.key, {1}, {0}, {}};  // MCore _get_extra_state_offsets
   o.replica_id = std::move(replica);
   return o;
+}
+
+std::string LayerNormKeyName(const GptConfig& cfg, LayerNorm which) {
+  using K = GptConfig::NormKeys;
+  if (cfg.norm_keys == K::kLegacy)
+    return which == LayerNorm::kInput ? "input_layernorm.weight" : "pre_mlp_layernorm.weight";
+  if (which == LayerNorm::kInput) return "self_attention.linear_qkv.layer_norm_weight";
+  // MoE with the TE spec: a separate TENorm (no fused linear_fc1 to hold it).
+  if (cfg.num_experts > 0 && cfg.norm_keys == K::kTe) return "pre_mlp_layernorm.weight";
+  return "mlp.linear_fc1.layer_norm_weight";
+}
+
+std::string_view NormKeysName(GptConfig::NormKeys k) {
+  switch (k) {
+    case GptConfig::NormKeys::kTe: return "te";
+    case GptConfig::NormKeys::kLocal: return "local";
+    case GptConfig::NormKeys::kLegacy: return "legacy";
+  }
+  return "?";
+}
+
+Result<GptConfig::NormKeys> ParseNormKeys(std::string_view name) {
+  for (auto k : {GptConfig::NormKeys::kTe, GptConfig::NormKeys::kLocal, GptConfig::NormKeys::kLegacy})
+    if (name == NormKeysName(k)) return k;
+  return Status::InvalidArgument("GPT config: norm_keys='" + std::string(name) + "' (known: te, local, legacy)");
 }
 
 int64_t GptConfig::qkv_rows() const {

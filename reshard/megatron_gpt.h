@@ -32,6 +32,23 @@
 //    under "...mlp.experts.experts.<name>" (kMcore, the default); kLegacy is the
 //    "...mlp.experts.<name>" of ckpt checkpoints written before that was fixed
 //    (metadata without the field reads as legacy);
+//  - norm_keys: where a layer's two RMSNorm weights are keyed. MCore fuses
+//    them into the next linear with the Transformer Engine spec
+//    (TELayerNormColumnParallelLinear: "self_attention.linear_qkv.layer_norm_weight",
+//    "mlp.linear_fc1.layer_norm_weight") and renames its local spec's separate
+//    norms to the same keys (TransformerLayerSubmodules.sharded_state_dict_keys_map
+//    "input_layernorm." -> "self_attention.linear_qkv.layer_norm_",
+//    "pre_mlp_layernorm." -> "mlp.linear_fc1.layer_norm_",
+//    megatron/core/models/gpt/gpt_layer_specs.py, get_gpt_layer_local_submodules;
+//    applied by TransformerLayer.sharded_state_dict). The specs differ for MoE
+//    layers only: the TE spec keeps a separate TENorm "pre_mlp_layernorm.weight",
+//    the local spec's map renames it to "mlp.linear_fc1.layer_norm_weight" as
+//    well. kTe (the default: Megatron-LM's --transformer-impl default), kLocal,
+//    and kLegacy, the "input_layernorm.weight" / "pre_mlp_layernorm.weight" of
+//    ckpt checkpoints written before (metadata without the field reads as
+//    legacy). The rank-local parameter names stay the local modules' names;
+//    only the keys change (and, for kTe, the DDP registration order:
+//    reshard/dist_optimizer.h);
 //  - extra_state: the `_extra_state` ShardedObject MCore's local-spec linear
 //    layers (ColumnParallelLinear / RowParallelLinear: linear_qkv, linear_proj,
 //    linear_fc1, linear_fc2, expert linears) register so that a strict load
@@ -78,6 +95,8 @@ struct GptConfig {
   enum class ExpertKeys { kMcore, kLegacy };
   ExpertKeys expert_keys = ExpertKeys::kMcore;
   bool extra_state = false;
+  enum class NormKeys { kTe, kLocal, kLegacy };
+  NormKeys norm_keys = NormKeys::kTe;
   // Mixture of experts (reshard/megatron_moe.h): every layer's MLP is an MCore
   // MoELayer when num_experts > 0; moe_ffn_hidden 0 = ffn_hidden.
   int num_experts = 0;
@@ -100,6 +119,13 @@ Result<GptConfig> GptPreset(std::string_view name);
 
 // ceil(V / (divisible_by * tp)) * divisible_by * tp (Megatron vocab_size_with_padding).
 int64_t PaddedVocabSize(const GptConfig& cfg, int tp);
+
+// The key of a layer's norm weight, relative to "decoder.layers.<L>." (see
+// GptConfig::norm_keys). "te" / "local" / "legacy" name the styles in metadata.
+enum class LayerNorm { kInput, kPreMlp };
+std::string LayerNormKeyName(const GptConfig& cfg, LayerNorm which);
+std::string_view NormKeysName(GptConfig::NormKeys k);
+Result<GptConfig::NormKeys> ParseNormKeys(std::string_view name);
 
 // One model chunk's layers: global indices [first, first + count).
 struct LayerSpan {

@@ -11,6 +11,13 @@
 //  - Nothing is durable until File::Sync (data) and Env::SyncDir (names in a
 //    directory) succeed. A failed Sync is final: callers must not retry it.
 //  - RenameNoReplace never replaces an existing target (kAlreadyExists).
+//  - Links are never followed in the last component of a path (DESIGN "Never
+//    through a link"): Stat reports a symbolic link as one (lstat), OpenFile
+//    refuses a link (O_NOFOLLOW, kFailedPrecondition naming it) unless
+//    OpenOptions::follow_links, RemoveFile/Rename act on the link itself, and
+//    RemoveDir refuses one. Components before the last are resolved as usual
+//    (a checkpoint root may itself be a link), so a tree walk must Stat each
+//    entry before descending into it (RemoveTree does).
 //  - Env implementations are thread-safe; a File is used by one thread at a time.
 //  - Decorators (EnvWrapper subclasses, File wrappers) forward OpenOptions,
 //    File::direct_io() and File::PageCacheShare() unchanged, so a direct file
@@ -51,8 +58,12 @@ enum class OpenMode {
 //    Where the filesystem refuses O_DIRECT (EINVAL at open or at the first
 //    direct write or read) the file falls back to buffered IO and records why
 //    (File::direct_io()); that is not an error.
+//  follow_links: open through a symbolic link in the last component. Only for
+//    inputs a user names outside any checkpoint root (a Hugging Face cache
+//    links its files into snapshots/); never for a path under a root.
 struct OpenOptions {
   bool direct = false;
+  bool follow_links = false;
 };
 
 // The offset/length/buffer alignment at which a direct file writes without
@@ -100,10 +111,25 @@ class File {
   virtual double PageCacheShare() { return -1; }
 };
 
+// What a directory entry is (lstat: a link is reported as a link).
+enum class FileKind { kNone, kFile, kDir, kSymlink, kOther };
+
+// "nothing", "a regular file", "a directory", "a symbolic link", "a FIFO, device or socket".
+const char* FileKindName(FileKind kind);
+
+// Stat's answer about the entry itself, never what a link names (lstat).
 struct FileInfo {
-  bool exists = false;
-  bool is_dir = false;
-  uint64_t size = 0;
+  bool exists = false;  // an entry of any kind, a dangling link included
+  bool is_dir = false;  // a real directory (kind == kDir), never a link to one
+  uint64_t size = 0;    // st_size of the entry (a link: the length of its text)
+  FileKind kind = FileKind::kNone;
+  // kSymlink only: what the link resolves to (kNone: dangling or unreadable).
+  // Readers may use it (a link to an archived iteration loads); nothing is
+  // ever written, renamed into or deleted through a link.
+  FileKind link_target = FileKind::kNone;
+  bool IsDirOrLinkToDir() const {
+    return is_dir || (kind == FileKind::kSymlink && link_target == FileKind::kDir);
+  }
 };
 
 class Env {
@@ -112,13 +138,13 @@ class Env {
   virtual Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode,
                                                  const OpenOptions& opts = {}) = 0;
   virtual Status CreateDir(const std::string& path) = 0;  // kAlreadyExists if present
-  virtual Status RemoveFile(const std::string& path) = 0;
-  virtual Status RemoveDir(const std::string& path) = 0;  // must be empty
+  virtual Status RemoveFile(const std::string& path) = 0;  // a link: the link itself
+  virtual Status RemoveDir(const std::string& path) = 0;  // must be empty; a link is refused
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   virtual Status RenameNoReplace(const std::string& from, const std::string& to) = 0;
   virtual Status SyncDir(const std::string& path) = 0;
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;  // sorted names
-  virtual Result<FileInfo> Stat(const std::string& path) = 0;
+  virtual Result<FileInfo> Stat(const std::string& path) = 0;  // lstat (see FileInfo)
 };
 
 // Early writeback of the POSIX Env's writable files: after every `bytes`
@@ -186,15 +212,22 @@ class EnvWrapper : public Env {
 };
 
 // Helpers built only on the Env interface.
-Result<std::string> ReadFileToString(Env* env, const std::string& path);
+Result<std::string> ReadFileToString(Env* env, const std::string& path, const OpenOptions& opts = {});
 // create/truncate, write, Sync, Close. Does not sync the directory.
 Status WriteStringToFileSync(Env* env, const std::string& path, std::string_view data);
 // tmp file + Sync + Rename + SyncDir(parent): the file is replaced atomically and durably.
+// A stale "<path>.tmp" that is a link is removed itself first (never written
+// through); one that is a directory or a FIFO/device is refused
+// (kFailedPrecondition naming it). A link at `path` is replaced, not followed.
 Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data);
 // Creates a directory and its missing parents (mkdir -p), syncing each parent
-// whose entry list changed so the new directories survive power loss.
+// whose entry list changed so the new directories survive power loss. An
+// existing link to a directory counts as one (a root may be a link).
 Status CreateDirs(Env* env, const std::string& path);
-// Removes a directory tree (files and subdirectories) through the Env.
+// Removes a directory tree (files and subdirectories) through the Env,
+// never through a link: a link anywhere in it, `path` included, is removed
+// itself and what it names is left untouched; a FIFO/device entry is
+// unlinked. Each entry is Stat-ed before being descended into.
 Status RemoveTree(Env* env, const std::string& path);
 std::string JoinPath(const std::string& a, const std::string& b);
 std::string DirName(const std::string& path);

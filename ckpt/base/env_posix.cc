@@ -72,11 +72,12 @@ class PosixFile final : public File {
   // reading when `read`, else for writing). Any failure (EINVAL: the
   // filesystem has no O_DIRECT) leaves the file buffered and records why;
   // `refuse` simulates that (tests).
-  void OpenDirect(bool refuse, bool read) {
+  void OpenDirect(bool refuse, bool read, bool follow_links) {
     direct_.requested = true;
     reads_direct_ = read;
     const std::string then = read ? "; reading through the page cache" : "; writing through the page cache";
-    const int dfd = refuse ? -1 : ::open(path_.c_str(), (read ? O_RDONLY : O_WRONLY) | O_DIRECT | O_CLOEXEC);
+    const int flags = (read ? O_RDONLY : O_WRONLY) | O_DIRECT | O_CLOEXEC | (follow_links ? 0 : O_NOFOLLOW);
+    const int dfd = refuse ? -1 : ::open(path_.c_str(), flags);
     const int err = refuse ? EINVAL : errno;
     if (dfd < 0) {
       direct_.fallback = std::string("open(O_DIRECT): ") + strerror(err) + then;
@@ -290,6 +291,21 @@ class PosixFile final : public File {
   uint64_t pending_ = 0, lo_ = 0, hi_ = 0, prev_lo_ = 0, prev_hi_ = 0;
 };
 
+bool IsLink(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+// OpenFile met a link (O_NOFOLLOW). Reads: damage like any other non-regular
+// file under a root; writes: a refusal, nothing was touched.
+Status LinkRefused(const std::string& path, OpenMode mode) {
+  if (mode == OpenMode::kRead)
+    return Status::Corruption("'" + path + "' is a symbolic link, not a regular file: refused (ckpt does not "
+                              "read through links)");
+  return Status::FailedPrecondition("'" + path + "' is a symbolic link: refused (ckpt does not write through "
+                                    "links)");
+}
+
 class PosixEnv final : public Env {
  public:
   PosixEnv(PosixWriteback wb, bool refuse_direct) : wb_(wb), refuse_direct_(refuse_direct) {}
@@ -303,8 +319,15 @@ class PosixEnv final : public Env {
     }
     // Opened non-blocking so a FIFO named by a hostile manifest cannot block
     // the open; anything but a regular file is refused before any IO.
+    // O_NOFOLLOW: a link in the last component is never read or written
+    // through (kCreate would truncate whatever it names); ELOOP says so.
+    if (!opts.follow_links) flags |= O_NOFOLLOW;
     int fd = ::open(path.c_str(), flags | (mode == OpenMode::kCreate ? 0 : O_NONBLOCK), 0644);
-    if (fd < 0) return ErrnoStatus("open", path, errno);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ELOOP && !opts.follow_links && IsLink(path)) return LinkRefused(path, mode);
+      return ErrnoStatus("open", path, err);
+    }
     struct stat st;
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
@@ -322,7 +345,7 @@ class PosixEnv final : public Env {
       return ErrnoStatus("fcntl", path, err);
     }
     auto file = std::make_unique<PosixFile>(path, fd, mode == OpenMode::kRead ? PosixWriteback{0, false} : wb_);
-    if (opts.direct) file->OpenDirect(refuse_direct_, mode == OpenMode::kRead);
+    if (opts.direct) file->OpenDirect(refuse_direct_, mode == OpenMode::kRead, opts.follow_links);
     return std::unique_ptr<File>(std::move(file));
   }
 
@@ -383,17 +406,25 @@ class PosixEnv final : public Env {
     return names;
   }
 
+  // lstat: the entry itself; for a link, stat says what it resolves to.
   Result<FileInfo> Stat(const std::string& path) override {
     struct stat st;
     FileInfo info;
-    if (::stat(path.c_str(), &st) != 0) {
+    if (::lstat(path.c_str(), &st) != 0) {
       if (errno == ENOENT || errno == ENOTDIR) return info;
-      return ErrnoStatus("stat", path, errno);
+      return ErrnoStatus("lstat", path, errno);
     }
     info.exists = true;
-    info.is_dir = S_ISDIR(st.st_mode);
+    info.kind = KindOf(st.st_mode);
+    info.is_dir = info.kind == FileKind::kDir;
     info.size = uint64_t(st.st_size);
+    struct stat target;
+    if (info.kind == FileKind::kSymlink && ::stat(path.c_str(), &target) == 0) info.link_target = KindOf(target.st_mode);
     return info;
+  }
+
+  static FileKind KindOf(mode_t m) {
+    return S_ISREG(m) ? FileKind::kFile : S_ISDIR(m) ? FileKind::kDir : S_ISLNK(m) ? FileKind::kSymlink : FileKind::kOther;
   }
 
  private:

@@ -21,8 +21,19 @@ std::string BaseName(const std::string& path) {
   return pos == std::string::npos ? path : path.substr(pos + 1);
 }
 
-Result<std::string> ReadFileToString(Env* env, const std::string& path) {
-  CKPT_ASSIGN_OR_RETURN(auto file, env->OpenFile(path, OpenMode::kRead));
+const char* FileKindName(FileKind kind) {
+  switch (kind) {
+    case FileKind::kNone: return "nothing";
+    case FileKind::kFile: return "a regular file";
+    case FileKind::kDir: return "a directory";
+    case FileKind::kSymlink: return "a symbolic link";
+    case FileKind::kOther: return "a FIFO, device or socket";
+  }
+  return "?";
+}
+
+Result<std::string> ReadFileToString(Env* env, const std::string& path, const OpenOptions& opts) {
+  CKPT_ASSIGN_OR_RETURN(auto file, env->OpenFile(path, OpenMode::kRead, opts));
   CKPT_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   std::string data(size, '\0');
   CKPT_ASSIGN_OR_RETURN(size_t n, file->PRead(0, std::as_writable_bytes(std::span(data))));
@@ -40,6 +51,15 @@ Status WriteStringToFileSync(Env* env, const std::string& path, std::string_view
 
 Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data) {
   const std::string tmp = path + ".tmp";
+  // A stale tmp is ours by name, but a link there must not be written through
+  // (OpenFile would refuse it anyway): remove the link itself, keep its target.
+  CKPT_ASSIGN_OR_RETURN(FileInfo stale, env->Stat(tmp));
+  if (stale.kind == FileKind::kSymlink) {
+    CKPT_RETURN_IF_ERROR(env->RemoveFile(tmp));
+  } else if (stale.exists && stale.kind != FileKind::kFile) {
+    return Status::FailedPrecondition("'" + tmp + "' is " + FileKindName(stale.kind) +
+                                      ", not a file this write left: refusing to replace it");
+  }
   CKPT_RETURN_IF_ERROR(WriteStringToFileSync(env, tmp, data));
   CKPT_RETURN_IF_ERROR(env->Rename(tmp, path));
   return env->SyncDir(DirName(path));
@@ -48,7 +68,8 @@ Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data)
 Status CreateDirs(Env* env, const std::string& path) {
   CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
   if (info.exists) {
-    if (!info.is_dir) return Status::AlreadyExists("'" + path + "' exists and is not a directory");
+    if (!info.IsDirOrLinkToDir())
+      return Status::AlreadyExists("'" + path + "' exists and is " + FileKindName(info.kind) + ", not a directory");
     return Status::Ok();
   }
   const std::string parent = DirName(path);
@@ -62,7 +83,7 @@ Status CreateDirs(Env* env, const std::string& path) {
 Status RemoveTree(Env* env, const std::string& path) {
   CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
   if (!info.exists) return Status::Ok();
-  if (!info.is_dir) return env->RemoveFile(path);
+  if (!info.is_dir) return env->RemoveFile(path);  // a link: the link itself, never its target
   CKPT_ASSIGN_OR_RETURN(auto names, env->ListDir(path));
   for (const auto& n : names) CKPT_RETURN_IF_ERROR(RemoveTree(env, JoinPath(path, n)));
   return env->RemoveDir(path);

@@ -1,5 +1,7 @@
 #include "ckpt/base/sharded_tensor.h"
 
+#include "ckpt/base/key_bound.h"
+
 #include <algorithm>
 
 namespace ckpt {
@@ -48,8 +50,33 @@ int64_t ShardedObject::cell() const {
   return c;
 }
 
+std::string QuoteKey(std::string_view key) {
+  constexpr size_t kShown = 200;
+  if (key.size() <= kShown) return std::string(key);
+  return std::string(key.substr(0, kShown)) + "... (" + std::to_string(key.size()) + " bytes)";
+}
+
+namespace {
+
+// A key longer than kMaxKeyBytes, as "<what> key of <n> bytes ...".
+Status KeyTooLong(std::string_view what, std::string_view key) {
+  return Status::InvalidArgument(std::string(what) + " key of " + std::to_string(key.size()) +
+                                 " bytes exceeds the maximum of " + std::to_string(kMaxKeyBytes) + ": '" +
+                                 QuoteKey(key) + "'");
+}
+
+}  // namespace
+
+Status ValidateKeyLengths(const ShardedStateDict& state) {
+  for (const auto& t : state.tensors())
+    if (t.meta.key.size() > kMaxKeyBytes) return KeyTooLong("tensor", t.meta.key);
+  for (const auto& o : state.objects())
+    if (o.meta.key.size() > kMaxKeyBytes) return KeyTooLong("object", o.meta.key);
+  return Status::Ok();
+}
+
 std::string ShardedTensor::DebugString() const {
-  std::string s = key + " " + std::string(DTypeName(dtype)) + " global=" +
+  std::string s = QuoteKey(key) + " " + std::string(DTypeName(dtype)) + " global=" +
                   ShapeToString(global_shape) + " offset=" + ShapeToString(global_offset) +
                   " local=" + ShapeToString(local_shape);
   if (flat_range)
@@ -59,9 +86,10 @@ std::string ShardedTensor::DebugString() const {
 
 Status ShardedTensor::Validate() const {
   auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("tensor '" + key + "': " + why + " (" + DebugString() + ")");
+    return Status::InvalidArgument("tensor '" + QuoteKey(key) + "': " + why + " (" + DebugString() + ")");
   };
   if (key.empty()) return Status::InvalidArgument("tensor with empty key");
+  if (key.size() > kMaxKeyBytes) return KeyTooLong("tensor", key);
   if (global_offset.size() != global_shape.size() || local_shape.size() != global_shape.size())
     return bad("global_shape, global_offset and local_shape must have the same rank");
   for (size_t i = 0; i < global_shape.size(); ++i) {
@@ -90,14 +118,15 @@ Status ShardedStateDict::Validate() const {
   for (const auto& t : tensors_) {
     CKPT_RETURN_IF_ERROR(t.meta.Validate());
     if (int64_t(t.data.size()) != t.meta.num_bytes())
-      return Status::InvalidArgument("tensor '" + t.meta.key + "': buffer has " +
+      return Status::InvalidArgument("tensor '" + QuoteKey(t.meta.key) + "': buffer has " +
                                      std::to_string(t.data.size()) + " bytes, descriptor needs " +
                                      std::to_string(t.meta.num_bytes()));
   }
   for (const auto& o : objects_) {
     if (o.meta.key.empty()) return Status::InvalidArgument("object with empty key");
+    if (o.meta.key.size() > kMaxKeyBytes) return KeyTooLong("object", o.meta.key);
     if (o.meta.global_offset.size() != o.meta.global_shape.size())
-      return Status::InvalidArgument("object '" + o.meta.key + "': offset/shape rank differ");
+      return Status::InvalidArgument("object '" + QuoteKey(o.meta.key) + "': offset/shape rank differ");
   }
   return Status::Ok();
 }

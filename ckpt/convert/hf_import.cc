@@ -26,7 +26,7 @@ bool Ignorable(const std::string& name) { return name.ends_with(".rotary_emb.inv
 
 Result<HfModel> ReadModel(Env* env, const HfImportOptions& o, const SafetensorsDir& dir) {
   const std::string path = JoinPath(o.hf_dir, "config.json");
-  CKPT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, path));
+  CKPT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, path, OpenOptions{.follow_links = true}));
   json config = json::parse(text, nullptr, false);
   if (config.is_discarded()) return Status::InvalidArgument("config.json '" + path + "' is not JSON");
   DType hint = DType::kBFloat16;

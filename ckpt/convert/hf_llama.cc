@@ -186,8 +186,8 @@ std::vector<TensorLink> LlamaLinks(const reshard::GptConfig& g) {
     b.Layer(l, "mlp.gate_proj.weight", {f, h}, "mlp.linear_fc1.weight", {{0, 0, f}});
     b.Layer(l, "mlp.up_proj.weight", {f, h}, "mlp.linear_fc1.weight", {{0, f, f}});
     b.Whole(l, "mlp.down_proj.weight", {h, f}, "mlp.linear_fc2.weight");
-    b.Whole(l, "input_layernorm.weight", {h}, "input_layernorm.weight");
-    b.Whole(l, "post_attention_layernorm.weight", {h}, "pre_mlp_layernorm.weight");
+    b.Whole(l, "input_layernorm.weight", {h}, reshard::LayerNormKeyName(g, reshard::LayerNorm::kInput));
+    b.Whole(l, "post_attention_layernorm.weight", {h}, reshard::LayerNormKeyName(g, reshard::LayerNorm::kPreMlp));
   }
   b.out.push_back({"model.norm.weight", {h}, "decoder.final_layernorm.weight", -1, {{0, 0, h}}});
   if (!g.tied_embeddings)

@@ -18,8 +18,11 @@
 //    padded with zeros by the target layout), lm_head.weight ->
 //    output_layer.weight (absent when tied), model.norm.weight ->
 //    decoder.final_layernorm.weight;
-//  - model.layers.L.input_layernorm.weight -> decoder.layers.L.input_layernorm.weight,
-//    post_attention_layernorm -> pre_mlp_layernorm, self_attn.o_proj ->
+//  - model.layers.L.input_layernorm.weight ->
+//    decoder.layers.L.self_attention.linear_qkv.layer_norm_weight,
+//    post_attention_layernorm -> mlp.linear_fc1.layer_norm_weight (MCore's
+//    keys; the legacy "input_layernorm" / "pre_mlp_layernorm" keys of older
+//    ckpt checkpoints per GptConfig::norm_keys), self_attn.o_proj ->
 //    self_attention.linear_proj, mlp.down_proj -> mlp.linear_fc2;
 //  - q_proj/k_proj/v_proj -> self_attention.linear_qkv, rows interleaved per
 //    query group g: [the np/ng query heads of g; k head g; v head g];

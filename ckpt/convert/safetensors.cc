@@ -145,7 +145,8 @@ std::string_view SafetensorsDTypeName(DType t) {
 Result<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(Env* env, const std::string& path) {
   std::unique_ptr<SafetensorsReader> r(new SafetensorsReader());
   r->path_ = path;
-  CKPT_ASSIGN_OR_RETURN(r->file_, env->OpenFile(path, OpenMode::kRead));
+  // An input named by the user (a Hugging Face cache links its files): follow.
+  CKPT_ASSIGN_OR_RETURN(r->file_, env->OpenFile(path, OpenMode::kRead, OpenOptions{.follow_links = true}));
   CKPT_ASSIGN_OR_RETURN(r->file_size_, r->file_->Size());
   const std::string where = "safetensors file '" + path + "'";
   std::byte len[8];
@@ -292,7 +293,7 @@ Result<std::unique_ptr<SafetensorsDir>> SafetensorsDir::Open(Env* env, const std
     return d;
   }
   d->index_path_ = index;
-  CKPT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, index));
+  CKPT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, index, OpenOptions{.follow_links = true}));
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     return Status::Corruption("index '" + index + "': not JSON with a \"weight_map\" object");

@@ -74,6 +74,24 @@ struct Manifest {
 inline constexpr int kMaxManifestJsonDepth = 256;
 inline constexpr int kMaxManifestDims = 32;
 inline constexpr int64_t kMaxIteration = 999'999'999'999;
+// Size limits (docs/FORMAT.md "Limits"), from what a legitimate huge job
+// writes: 16,384 ranks (files), 10^6 tensor shards (~300 bytes of manifest
+// each) and 4 x 10^6 chunks (~90 bytes each: 16 TiB of state in 4 MiB chunks)
+// make ~0.7 GB of manifest; the cap leaves headroom above that. Checked on the
+// file's size before it is read; parsing costs about the Manifest itself
+// (streamed, manifest_parse.cc), ~3x the text.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t(1) << 30;
+inline constexpr size_t kMaxManifestFiles = size_t(1) << 20;
+// The bytes of a shard file outside its chunks (HDF5 metadata, alignment
+// padding) are bounded: at most kMetaBytesBase + per dataset
+// kMetaBytesPerDataset + 4 x (key + dataset path length) + kMetaBytesPerChunk
+// per chunk (ckpt's writer uses ~3.3 KiB a dataset, less than 1/8 of it) (a direct-IO save pads chunks of
+// >= 64 KiB to 4 KiB boundaries). files[].size beyond its chunks' extent plus
+// that is refused before anything reads the file: verify hashes every byte
+// outside the chunks, so an unbounded size would make it read a sparse TiB.
+inline constexpr uint64_t kMetaBytesBase = uint64_t(1) << 20;
+inline constexpr uint64_t kMetaBytesPerDataset = uint64_t(16) << 10;
+inline constexpr uint64_t kMetaBytesPerChunk = uint64_t(8) << 10;
 // zstd cannot expand a frame more than this: a block decodes to at most
 // 128 KiB and costs at least 4 bytes (an RLE block), so a chunk whose raw
 // size exceeds stored_size * this bound is not a zstd encoding of it.
@@ -82,8 +100,9 @@ inline constexpr uint64_t kMaxZstdExpansion = 32768;
 // Serialises with the self-hash line. Deterministic for equal manifests.
 std::string SerializeManifest(const Manifest& m);
 // Parses and verifies; `path` only names the file in errors. A manifest is
-// untrusted input: beyond its self-hash, the JSON depth is bounded before
-// parsing, every field is type- and range-checked (never narrowed), and every
+// untrusted input: beyond its self-hash, its size is at most kMaxManifestBytes,
+// the JSON depth is bounded before parsing, no object repeats a member, no
+// tensor lists a shard twice, every field is type- and range-checked (never narrowed), and every
 // check of ValidateManifest but coverage runs (a rank's partial manifest, its
 // vote, covers only its own shards), all before any caller allocates or reads
 // by it. ReadManifest (checkpoint.h) adds coverage for committed manifests.
@@ -98,7 +117,8 @@ Result<Manifest> ParseManifest(std::string_view bytes, const std::string& path);
 // their tensors; file indices exist; each record's chunk_elems, chunk count
 // and stored sizes match the chunk layout the writer produces (raw chunks:
 // chunk_elems * dtype size bytes; zstd: at most kMaxZstdExpansion); every
-// chunk lies inside its file's recorded size and no two overlap; objects sit
+// chunk lies inside its file's recorded size and no two overlap; a file's
+// bytes outside its chunks are bounded (kMetaBytes*); objects sit
 // inside their grid; each tensor's shards tile it exactly once (coverage).
 // kCorruption naming the field on the first problem.
 Status ValidateManifest(const Manifest& m);

@@ -92,11 +92,18 @@ Status CheckChunkLayout(const DatasetRecord& r, const Shape& dims, size_t elem_s
   return Status::Ok();
 }
 
-// Chunk byte ranges per file: inside the recorded size, never overlapping.
+// Chunk byte ranges per file: inside the recorded size, never overlapping,
+// and the file's bytes outside them bounded (kMetaBytes*, manifest.h). A range
+// names its owner by index (16 bytes + 16 a chunk, not a path string each);
+// the path is spelled only for an error.
 class ChunkRanges {
  public:
-  explicit ChunkRanges(const Manifest& m) : m_(m) {}
-  Status Add(int file, const DatasetRecord& r, const std::string& p) {
+  explicit ChunkRanges(const Manifest& m) : m_(m), per_file_(m.files.size()) {}
+  Status Add(int file, const std::string& key, const DatasetRecord& r, bool object, size_t owner,
+             const std::string& p) {
+    PerFile& f = per_file_[size_t(file)];
+    // Its object header and link repeat the key and the dataset path (attributes).
+    f.meta_limit += kMetaBytesPerDataset + 4 * (key.size() + r.dataset.size());
     for (size_t c = 0; c < r.chunks.size(); ++c) {
       int64_t end = 0;
       const ChunkRecord& ch = r.chunks[c];
@@ -104,17 +111,22 @@ class ChunkRanges {
         return Status::Corruption(p + ".chunks[" + N(c) + "]: file_offset " + N(ch.file_offset) + " + stored_size " +
                                   N(ch.stored_size) + " lies outside file '" + m_.files[size_t(file)].name + "' (" +
                                   N(m_.files[size_t(file)].size) + " bytes)");
-      ranges_[file].push_back({ch.file_offset, uint64_t(end), p + ".chunks[" + N(c) + "]"});
+      f.ranges.push_back({ch.file_offset, uint64_t(end), object, uint32_t(c), owner});
     }
     return Status::Ok();
   }
-  Status CheckOverlaps() {
-    for (auto& [file, v] : ranges_) {
+  Status Check() {
+    for (size_t file = 0; file < per_file_.size(); ++file) {
+      auto& v = per_file_[file].ranges;
       std::sort(v.begin(), v.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
-      for (size_t i = 1; i < v.size(); ++i)
-        if (v[i].begin < v[i - 1].end)
-          return Status::Corruption(v[i].field + ": bytes [" + N(v[i].begin) + ", " + N(v[i].end) + ") of file '" +
-                                    m_.files[size_t(file)].name + "' overlap " + v[i - 1].field);
+      uint64_t chunk_bytes = 0;
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i > 0 && v[i].begin < v[i - 1].end)
+          return Status::Corruption(Field(v[i]) + ": bytes [" + N(v[i].begin) + ", " + N(v[i].end) + ") of file '" +
+                                    m_.files[file].name + "' overlap " + Field(v[i - 1]));
+        chunk_bytes += v[i].end - v[i].begin;  // disjoint, inside the file: no overflow
+      }
+      CKPT_RETURN_IF_ERROR(CheckOutside(file, chunk_bytes));
     }
     return Status::Ok();
   }
@@ -123,10 +135,37 @@ class ChunkRanges {
   static bool Add64(uint64_t a, uint64_t b, int64_t* out) { return AddOk(int64_t(a), int64_t(b), out); }
   struct Range {
     uint64_t begin, end;
-    std::string field;
+    bool object;     // in m_.objects (else m_.shards)
+    uint32_t chunk;
+    size_t owner;    // index into m_.shards / m_.objects
   };
+  struct PerFile {
+    std::vector<Range> ranges;
+    uint64_t meta_limit = kMetaBytesBase;
+  };
+
+  Status CheckOutside(size_t file, uint64_t chunk_bytes) const {
+    const PerFile& f = per_file_[file];
+    const uint64_t limit = f.meta_limit + kMetaBytesPerChunk * f.ranges.size();
+    const uint64_t outside = m_.files[file].size - chunk_bytes;
+    if (outside <= limit) return Status::Ok();
+    return Status::Corruption("files[" + N(file) + "].size: " + N(m_.files[file].size) + " bytes for file '" +
+                              m_.files[file].name + "', but its " + N(f.ranges.size()) + " chunks hold " +
+                              N(chunk_bytes) + " and its HDF5 metadata at most " + N(limit) +
+                              " more (docs/FORMAT.md, limits): not the file's real extent");
+  }
+
+  std::string Field(const Range& r) const {
+    const std::string& key = r.object ? m_.objects[r.owner].meta.key : m_.shards[r.owner].meta.key;
+    size_t index = 0;  // the owner's index among its key's shards
+    for (size_t i = 0; i < r.owner; ++i)
+      index += (r.object ? m_.objects[i].meta.key : m_.shards[i].meta.key) == key;
+    return std::string(r.object ? "objects" : "tensors") + "['" + key + "'].shards[" + N(index) + "].chunks[" +
+           N(r.chunk) + "]";
+  }
+
   const Manifest& m_;
-  std::map<int, std::vector<Range>> ranges_;
+  std::vector<PerFile> per_file_;
 };
 
 Status CheckShard(const ManifestShard& s, ChunkHash hash, const std::string& p) {
@@ -172,10 +211,18 @@ Status CheckObject(const ManifestObject& o, ChunkHash hash, const std::string& p
   return CheckChunkLayout(o.record, Shape{int64_t(o.size)}, 1, hash, p);
 }
 
+// One tensor at a time (shards ordered by key through an index): memory is
+// that of the largest tensor's descriptors, not a copy of every shard's.
 Status CheckCoverageOfAll(const Manifest& m) {
-  std::map<std::string, std::vector<ShardedTensor>> by_key;
-  for (const auto& s : m.shards) by_key[s.meta.key].push_back(s.meta);
-  for (const auto& [key, shards] : by_key) {
+  std::vector<uint32_t> order(m.shards.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = uint32_t(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return m.shards[a].meta.key < m.shards[b].meta.key; });
+  std::vector<ShardedTensor> shards;
+  for (size_t i = 0; i < order.size();) {
+    const std::string& key = m.shards[order[i]].meta.key;
+    shards.clear();
+    for (; i < order.size() && m.shards[order[i]].meta.key == key; ++i) shards.push_back(m.shards[order[i]].meta);
     Status st = reshard::CheckCoverage(key, shards[0].global_shape, shards);
     if (!st.ok()) return Status::Corruption("tensors['" + key + "'].shards do not cover the tensor exactly once: " + st.message());
   }
@@ -199,16 +246,16 @@ Status ValidateManifestFields(const Manifest& m) {
     const std::string p = "tensors['" + s.meta.key + "'].shards[" + N(seen[s.meta.key]++) + "]";
     if (s.file < 0 || size_t(s.file) >= m.files.size()) return Status::Corruption(p + ".file: no file " + N(s.file));
     CKPT_RETURN_IF_ERROR(CheckShard(s, m.chunk_hash, p));
-    CKPT_RETURN_IF_ERROR(ranges.Add(s.file, s.record, p));
+    CKPT_RETURN_IF_ERROR(ranges.Add(s.file, s.meta.key, s.record, false, size_t(&s - m.shards.data()), p));
   }
   seen.clear();
   for (const auto& o : m.objects) {
     const std::string p = "objects['" + o.meta.key + "'].shards[" + N(seen[o.meta.key]++) + "]";
     if (o.file < 0 || size_t(o.file) >= m.files.size()) return Status::Corruption(p + ".file: no file " + N(o.file));
     CKPT_RETURN_IF_ERROR(CheckObject(o, m.chunk_hash, p));
-    CKPT_RETURN_IF_ERROR(ranges.Add(o.file, o.record, p));
+    CKPT_RETURN_IF_ERROR(ranges.Add(o.file, o.meta.key, o.record, true, size_t(&o - m.objects.data()), p));
   }
-  return ranges.CheckOverlaps();
+  return ranges.Check();
 }
 
 Status CheckJsonDepth(std::string_view text, int max_depth) {

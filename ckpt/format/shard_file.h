@@ -101,7 +101,8 @@ struct ShardWriteStats {
   DirectIoStats direct_io;            // the file's (File::direct_io), as of Finish
 };
 
-// Dataset name for a tensor shard / object (escapes '/' in keys as "%2F").
+// Dataset name for a tensor shard / object: keys escaped injectively ('%' as
+// "%25", '/' as "%2F"), so distinct keys never share a name.
 std::string TensorDatasetName(const ShardedTensor& meta);
 std::string ObjectDatasetName(const ShardedObject& meta);
 

@@ -85,11 +85,16 @@ Hid MakeDcpl(const Layout& l, const CodecOptions& codec) {
 
 namespace {
 
+// Injective: '%' itself is escaped, so keys "a/b" and "a%2Fb" get distinct
+// names ("a%2Fb", "a%252Fb"). Files written before 2026-12-05 escaped only '/';
+// readers take dataset names from the manifest, so those files
+// still read.
 std::string EscapeKey(const std::string& key) {
   std::string out;
   out.reserve(key.size());
   for (char c : key) {
     if (c == '/') out += "%2F";
+    else if (c == '%') out += "%25";
     else out += c;
   }
   return out;

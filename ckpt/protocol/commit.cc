@@ -41,13 +41,21 @@ std::string OwnerOf(const std::string& name) {
 // A live save's tmp dir is left alone; one for `iteration` means another job
 // is saving the same iteration now: kAlreadyExists naming it. (Tracker tmp
 // files are not touched: a concurrent save may be writing one, and
-// WriteFileAtomic truncates a stale one anyway.)
+// WriteFileAtomic replaces a stale one anyway.) ckpt never makes a tmp entry
+// that is not a real directory: such a one (a link, say) is refused, naming
+// it, and neither it nor anything it names is touched.
 Status CleanStale(Env* env, const std::string& root, int64_t iteration) {
   CKPT_ASSIGN_OR_RETURN(auto names, env->ListDir(root));
   const std::string same = "." + IterDirName(iteration) + ".tmp-";
   for (const auto& n : names) {
     if (!IsTmpIterDirName(n)) continue;
     const std::string path = JoinPath(root, n);
+    CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
+    if (!info.exists) continue;  // gone meanwhile
+    if (!info.is_dir)
+      return Status::FailedPrecondition("'" + path + "' has the name of a save's tmp dir but is " +
+                                        FileKindName(info.kind) + ": not made by ckpt; refusing to remove it or "
+                                        "anything through it (remove it, or save to another root)");
     auto lease = DirLock::TryLock(path);
     if (!lease.ok()) {
       if (lease.status().code() == Code::kAlreadyExists && n.rfind(same, 0) == 0)

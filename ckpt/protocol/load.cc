@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 
+#include "ckpt/base/key_bound.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/format/chunk_reader.h"
@@ -161,6 +162,10 @@ Result<LoadStats> LoadFromManifest(ShardedStateDict& state, const LoadOptions& o
 // a plan error, so a read-sharing group still meets) or is skipped.
 Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration) {
   Result<Manifest> m = ReadManifest(env, opts.root, iteration);
+  // Over-long keys fail before any planning or message quotes them (as a
+  // manifest failure would: a read-sharing group still meets).
+  if (Status bounded = ValidateKeyLengths(state); !bounded.ok())
+    return LoadFromManifest(state, opts, env, iteration, Result<Manifest>(bounded), bounded);
   load_internal::KeyCheck kc;
   if (m.ok()) kc = load_internal::CheckKeys(state, *m);
   const Status keys = load_internal::MissingKeysStatus(kc, opts.strict);
@@ -420,7 +425,7 @@ Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root) {
     auto it = ParseIterDirName(n);
     if (!it.ok()) continue;
     CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(JoinPath(root, n)));
-    if (info.is_dir) iters.push_back(*it);
+    if (info.IsDirOrLinkToDir()) iters.push_back(*it);  // a link to an archived iteration loads
   }
   std::sort(iters.begin(), iters.end());
   return iters;
@@ -432,11 +437,14 @@ Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iterati
   }
   const std::string dir = JoinPath(root, IterDirName(iteration));
   CKPT_ASSIGN_OR_RETURN(FileInfo d, env->Stat(dir));
-  if (!d.is_dir) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
+  if (!d.IsDirOrLinkToDir()) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
   const std::string path = JoinPath(dir, kManifestName);
   CKPT_ASSIGN_OR_RETURN(FileInfo f, env->Stat(path));
   if (!f.exists)
     return Status::Corruption("checkpoint directory '" + dir + "' has no manifest: not a committed checkpoint");
+  if (f.size > kMaxManifestBytes)  // refused by its size, before a byte is read
+    return Status::Corruption("manifest '" + path + "': " + std::to_string(f.size) + " bytes, more than the limit of " +
+                              std::to_string(kMaxManifestBytes) + " (docs/FORMAT.md, limits)");
   CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, path));
   CKPT_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes, path));
   // A committed manifest must also tile every tensor exactly once (a partial,

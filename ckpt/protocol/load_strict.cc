@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "ckpt/base/key_bound.h"
 #include "ckpt/protocol/load_internal.h"
 
 namespace ckpt {
@@ -32,7 +33,7 @@ bool RaisesUnexpected(StrictMode m) { return m == StrictMode::kUnexpected || m =
 // "a, b, c and N more" (at most `max` names).
 std::string NameList(const std::vector<std::string>& names, size_t max = 8) {
   std::string out;
-  for (size_t i = 0; i < names.size() && i < max; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  for (size_t i = 0; i < names.size() && i < max; ++i) out += (i ? ", '" : "'") + QuoteKey(names[i]) + "'";
   if (names.size() > max) out += " and " + std::to_string(names.size() - max) + " more";
   return out;
 }
@@ -48,12 +49,12 @@ KeyCheck CheckKeys(const ShardedStateDict& state, const Manifest& m) {
   for (const auto& t : state.tensors()) {
     asked.insert(t.meta.key);
     if (!saved_t.count(t.meta.key) && missing.insert(t.meta.key).second)
-      kc.why.push_back("tensor '" + t.meta.key + "' is not in checkpoint iteration " + std::to_string(m.iteration));
+      kc.why.push_back("tensor '" + QuoteKey(t.meta.key) + "' is not in checkpoint iteration " + std::to_string(m.iteration));
   }
   for (const auto& o : state.objects()) {
     asked.insert(o.meta.key);
     if (!saved_o.count(o.meta.key) && missing.insert(o.meta.key).second)
-      kc.why.push_back("object '" + o.meta.key + "' cell " + std::to_string(o.meta.cell()) +
+      kc.why.push_back("object '" + QuoteKey(o.meta.key) + "' cell " + std::to_string(o.meta.cell()) +
                        " is not in checkpoint iteration " + std::to_string(m.iteration));
   }
   kc.missing.assign(missing.begin(), missing.end());

@@ -22,9 +22,18 @@ std::string RetiredNonce() {
 }
 
 // Renames iter_N to a tmp name (so no reader can pick a half-deleted dir),
-// makes the rename durable, then removes the tree under its lease.
-Status Retire(Env* env, const std::string& root, int64_t iteration) {
+// makes the rename durable, then removes the tree under its lease. An iter_N
+// that is a link (to an archived iteration, say) loses only the link: one
+// unlink, atomic, and what it names is never touched (`*was_link`).
+Status Retire(Env* env, const std::string& root, int64_t iteration, bool* was_link) {
   const std::string from = JoinPath(root, IterDirName(iteration));
+  CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(from));
+  *was_link = info.kind == FileKind::kSymlink;
+  if (*was_link) {
+    CKPT_RETURN_IF_ERROR(env->RemoveFile(from));
+    return env->SyncDir(root);
+  }
+  if (!info.is_dir) return Status::Ok();  // gone meanwhile
   const std::string to = JoinPath(root, TmpIterDirName(iteration, RetiredNonce()));
   CKPT_RETURN_IF_ERROR(env->RenameNoReplace(from, to));
   CKPT_RETURN_IF_ERROR(env->SyncDir(root));
@@ -73,8 +82,10 @@ Result<RetentionResult> ApplyRetention(Env* env, const std::string& root, int64_
   CKPT_ASSIGN_OR_RETURN(auto committed, ListIterations(env, root));
   RetentionResult r;
   for (int64_t it : RetentionVictims(committed, newest, p)) {
-    CKPT_RETURN_IF_ERROR(Retire(env, root, it).WithContext("retention: deleting " + IterDirName(it)));
+    bool was_link = false;
+    CKPT_RETURN_IF_ERROR(Retire(env, root, it, &was_link).WithContext("retention: deleting " + IterDirName(it)));
     r.deleted.push_back(it);
+    if (was_link) r.unlinked.push_back(it);
   }
   CKPT_ASSIGN_OR_RETURN(r.kept, ListIterations(env, root));
   return r;

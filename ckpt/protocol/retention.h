@@ -17,7 +17,11 @@
 //  - a victim is first renamed to a tmp name (".iter_N.tmp-<owner>-<hex>"),
 //    the root fsynced, then removed: after a crash there is either the whole
 //    committed iteration or a tmp dir the next save's cleanup removes, never a
-//    half-deleted iter_N that "latest" could pick.
+//    half-deleted iter_N that "latest" could pick;
+//  - nothing is deleted through a link: a victim iter_N that is a symbolic
+//    link (to an archived iteration, say) loses the link only, its target is
+//    left as it is (RetentionResult::unlinked); a link inside a victim is
+//    likewise removed itself (RemoveTree).
 // Single process (rank 0 of a job); not thread-safe against another process
 // applying retention to the same root.
 #pragma once
@@ -46,6 +50,7 @@ std::vector<int64_t> RetentionVictims(const std::vector<int64_t>& committed, int
 
 struct RetentionResult {
   std::vector<int64_t> deleted;  // ascending
+  std::vector<int64_t> unlinked;  // of `deleted`, those that were links: the link removed, the target kept
   std::vector<int64_t> kept;     // committed iterations left, ascending
 };
 

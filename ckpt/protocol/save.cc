@@ -103,6 +103,7 @@ Result<std::string> SaveRun::Begin() {
   if (rank_ == 0) {
     auto tmp = PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook, &lease_, opts_.allow_older);
     msg = tmp.ok() ? OkMsg(*tmp) : ErrMsg(Mine(tmp.status(), "begin"));
+    if (tmp.ok()) tmp_dir_ = *tmp;  // Abandon() drops it if the broadcast fails
   }
   CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "begin"));
   Result<std::string> dir = DecodeOutcome(got);
@@ -269,7 +270,12 @@ Result<SaveStats> SaveRun::Run() {
   stats_.iteration = opts_.iteration;
   Status ready = Mine(state_.Validate(), "validate");
   auto t0 = Clock::now();
-  CKPT_ASSIGN_OR_RETURN(tmp_dir_, Begin());
+  Result<std::string> begun = Begin();
+  if (!begun.ok()) {
+    Abandon();
+    return begun.status();
+  }
+  tmp_dir_ = *begun;
   if (ready.ok()) ready = Mine(Step("plan"), "plan");
   Result<std::vector<int>> mine = PlanMyWrites(ready);
   Timed("plan", t0);

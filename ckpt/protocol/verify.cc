@@ -45,6 +45,10 @@ class Verifier {
       if (!info.ok() || !info->exists) {
         Add({path, "", "", -1, "missing shard file (rank " + std::to_string(m_.files[f].rank) + ")"});
         bad_files_.insert(f);
+      } else if (info->kind != FileKind::kFile) {  // a link is not followed (env.h)
+        Add({path, "", "", -1, std::string("is ") + FileKindName(info->kind) + ", not a regular file (rank " +
+                                   std::to_string(m_.files[f].rank) + "); ckpt does not read through links"});
+        bad_files_.insert(f);
       } else if (info->size != m_.files[f].size) {
         Add({path, "", "", -1, "size " + std::to_string(info->size) + " bytes, manifest says " +
                                    std::to_string(m_.files[f].size)});

@@ -61,17 +61,38 @@ Result<Manifest> ReadManifestOrOlder(const std::string& root, int64_t iteration)
   return read;
 }
 
+namespace {
+
+// The layer-norm key style of the checkpoint already under `root`, if any. The
+// keys are a naming choice of the stored tensors, not part of the model, so a
+// job given a model resumes a checkpoint written before MCore's norm keys
+// became the default (legacy names: the alias on load) and keeps its names.
+reshard::GptConfig WithSavedNormKeys(reshard::GptConfig cfg, const std::string& root, int64_t iteration) {
+  if (root.empty()) return cfg;
+  Result<Manifest> m = ReadManifestOrOlder(root, iteration);
+  if (!m.ok() || !m->metadata.contains("gpt")) return cfg;  // a fresh root
+  auto saved = reshard::GptConfigFromJson(m->metadata["gpt"]);
+  if (saved.ok()) cfg.norm_keys = saved->norm_keys;
+  return cfg;
+}
+
+}  // namespace
+
 Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::string& root, int64_t iteration,
                                         std::string* name) {
   if (!model.empty() && model.front() != '{' && model.front() != ':') {
     *name = model.substr(0, model.find(':'));
     CKPT_ASSIGN_OR_RETURN(reshard::GptConfig base, reshard::GptPreset(*name));
-    return WithOverrides(base, model);
+    return WithOverrides(WithSavedNormKeys(base, root, iteration), model);  // ":norm_keys=" still wins
   }
   if (!model.empty() && model.front() == '{') {
     *name = "custom";
-    const nlohmann::json j = nlohmann::json::parse(model, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j = nlohmann::json::parse(model, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return Status::InvalidArgument("--model is neither a preset nor JSON: '" + model + "'");
+    // A config the user writes means MCore's keys unless it names a style
+    // (only recorded metadata without the field is legacy).
+    if (j.is_object() && !j.contains("norm_keys"))
+      j["norm_keys"] = reshard::NormKeysName(WithSavedNormKeys(reshard::GptConfig{}, root, iteration).norm_keys);
     return reshard::GptConfigFromJson(j);
   }
   CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifestOrOlder(root, iteration));

@@ -36,7 +36,10 @@ Result<Manifest> ReadManifestOrOlder(const std::string& root, int64_t iteration)
 // the latest; with a damaged tracker the newest readable manifest), adjusted
 // by the overrides. *name gets the preset name, "custom" or the recorded name.
 // A recorded config is untrusted: refused when it describes more parameter
-// bytes than the checkpoint holds.
+// bytes than the checkpoint holds. A preset or JSON model takes the layer-norm
+// key style (GptConfig::norm_keys) of the checkpoint under `root` when there
+// is one (old checkpoints: legacy names), else MCore's; ":norm_keys=" or a
+// JSON "norm_keys" overrides.
 Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::string& root, int64_t iteration,
                                         std::string* name);
 

@@ -1,6 +1,9 @@
 """A Megatron-Core-style GPT (local layer spec) with real tensor parallelism.
 
-Module paths equal Megatron-Core's, so named_parameters() yields ckpt's keys:
+Module paths equal Megatron-Core's local spec, so named_parameters() yields
+ckpt's keys, except the two layer norms, which Megatron-Core (and ckpt) key as
+decoder.layers.<L>.self_attention.linear_qkv.layer_norm_weight and
+decoder.layers.<L>.mlp.linear_fc1.layer_norm_weight (state.checkpoint_key):
   embedding.word_embeddings.weight                 vocab-parallel [Vp/tp, h]
   decoder.layers.<L>.input_layernorm.weight        RMSNorm [h]
   decoder.layers.<L>.self_attention.linear_qkv.weight   column-parallel [qkv_rows/tp, h]

@@ -43,10 +43,10 @@ def global_shapes(cfg: GPTConfig) -> dict[str, tuple]:
     shapes = {"embedding.word_embeddings.weight": (cfg.vocab_size, h)}
     for i in range(cfg.num_layers):
         p = f"decoder.layers.{i}."
-        shapes[p + "input_layernorm.weight"] = (h,)
+        shapes[p + "self_attention.linear_qkv.layer_norm_weight"] = (h,)  # state.checkpoint_key
         shapes[p + "self_attention.linear_qkv.weight"] = (cfg.qkv_rows(), h)
         shapes[p + "self_attention.linear_proj.weight"] = (h, cfg.num_heads * hn)
-        shapes[p + "pre_mlp_layernorm.weight"] = (h,)
+        shapes[p + "mlp.linear_fc1.layer_norm_weight"] = (h,)
         shapes[p + "mlp.linear_fc1.weight"] = (fc1, h)
         shapes[p + "mlp.linear_fc2.weight"] = (h, cfg.ffn_hidden)
     shapes["decoder.final_layernorm.weight"] = (h,)
@@ -60,7 +60,7 @@ def global_init(cfg: GPTConfig, seed: int) -> dict[str, torch.Tensor]:
     Megatron's scaled_init_method_normal), ones for norms; one generator per key."""
     out = {}
     for key, shape in global_shapes(cfg).items():
-        if key.endswith("layernorm.weight"):
+        if key.endswith(("layernorm.weight", "layer_norm_weight")):
             out[key] = torch.ones(shape)
             continue
         std = cfg.init_std

@@ -52,6 +52,24 @@ def optimizer_key(state: str, model_key: str) -> str:
     return f"optimizer.state.{state}.{model_key}"
 
 
+# Megatron-Core's local layer spec renames its separate norms in the sharded
+# state dict (sharded_state_dict_keys_map of get_gpt_layer_local_submodules,
+# megatron/core/models/gpt/gpt_layer_specs.py); its Transformer Engine spec
+# registers the same keys (the norms fused into linear_qkv / linear_fc1).
+MCORE_KEYS_MAP = (("input_layernorm.", "self_attention.linear_qkv.layer_norm_"),
+                  ("pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_"))
+
+
+def checkpoint_key(name: str) -> str:
+    """The checkpoint key of parameter `name` (Megatron-Core's and ckpt's)."""
+    head, sep, rest = name.partition("decoder.layers.")
+    layer, _, tail = rest.partition(".")
+    for old, new in MCORE_KEYS_MAP if sep else ():
+        if tail.startswith(old):
+            return f"{head}decoder.layers.{layer}.{new}{tail[len(old):]}"
+    return name
+
+
 def _kind(name: str) -> str:
     if name.endswith("layernorm.weight"):
         return "replicated"
@@ -91,7 +109,7 @@ def model_shards(model, source=lambda name, p: p, naive_fc1: bool = False) -> li
     negative control, fc1 as one plain axis-0 slice (wrong at another TP)."""
     out = []
     for name, p in model.named_parameters():
-        out += tensor_shards(name, name, source(name, p), model.cfg, model.ps, naive_fc1)
+        out += tensor_shards(checkpoint_key(name), name, source(name, p), model.cfg, model.ps, naive_fc1)
     return out
 
 
@@ -102,7 +120,7 @@ def optimizer_shards(model, opt: AdamW, naive_fc1: bool = False) -> list[TensorS
     out = []
     for state in ADAM_STATES:
         for name, p in model.named_parameters():
-            out += tensor_shards(optimizer_key(state, name), name, sources[state](name, p),
+            out += tensor_shards(optimizer_key(state, checkpoint_key(name)), name, sources[state](name, p),
                                  model.cfg, ps, naive_fc1)
     out.append(from_rank_offsets(STEP_KEY, opt.step_tensor,
                                  replica_id=(ps.pp_rank, ps.tp_rank, ps.dp_rank)))
@@ -166,7 +184,7 @@ def model_config_json(cfg: GPTConfig) -> dict:
             "add_bias_linear": False, "qkv_bias": False,
             "make_vocab_size_divisible_by": cfg.make_vocab_size_divisible_by, "dtype": "fp32",
             "first_stage_layers": -1, "last_stage_layers": -1, "stack_layers": False,
-            "num_experts": 0, "moe_ffn_hidden": 0}
+            "num_experts": 0, "moe_ffn_hidden": 0, "norm_keys": "local"}
 
 
 def checkpoint_metadata(cfg: GPTConfig, ps: ParallelState) -> dict:

@@ -125,6 +125,7 @@ class _Saver:
 
     def __init__(self, comm):
         self.cpp = _ckpt.AsyncSaver(async_handle_of(comm))
+        self.rank = 0 if comm is None else comm.rank  # for errors raised here
         self.current = None  # the handle in flight
         _SAVERS.append(self)
 
@@ -186,7 +187,8 @@ class AsyncSaveHandle:
             while not self.done():
                 if time.monotonic() > deadline:
                     raise CkptTimeoutError(f"async save of iteration {self.iteration} not finished within "
-                                           f"{timeout} s (still running)", rank=-1, phase="async_save")
+                                           f"{timeout} s (still running)", rank=self._saver.rank,
+                                           phase="async_save", reporting_rank=self._saver.rank, op="async_save")
                 time.sleep(0.005)
         self._join()
         if self._error is not None:

@@ -18,6 +18,8 @@ Every rank must make the same sequence of ckpt calls on one comm. An async
 save uses its own comm (a duplicate), so its background thread never shares
 one with the caller.
 """
+import atexit
+import threading
 import time
 
 from . import _ckpt
@@ -43,6 +45,62 @@ class MpiComm:
         if self._async is None:
             self._async = _ckpt.dup_mpi_comm(self._handle)
         return self._async
+
+
+# Root's broadcasts whose readers may not all have read yet (_Posted). Root
+# returns from a broadcast at once; it deletes the last key (the readers'
+# counter) when it finds the count complete at its next broadcast, or every key
+# once the readers' deadline is long past (a dead reader), and at interpreter
+# exit (atexit) it waits, bounded, for them: a root hosting the store (rank 0
+# of torch's TCPStore) must not take it down under a reader.
+_EXIT_WAIT_MAX_S = 10.0
+_PENDING = []
+_PENDING_LOCK = threading.Lock()
+
+
+class _Posted:
+    def __init__(self, comm, base, readers, timeout):
+        now = time.monotonic()
+        self.comm, self.base, self.readers = comm, base, readers
+        self.wait_until = now + min(timeout, _EXIT_WAIT_MAX_S) + 1.0
+        self.expire_at = now + 2 * timeout + 1.0  # past every reader's deadline
+
+    def taken(self):
+        return self.comm._store.add(self.base + "/taken", 0) >= self.readers
+
+    def forget(self, every_key):
+        for k in ("/m", "/m/r", "/n", "/taken") if every_key else ("/taken",):
+            self.comm._store.delete_key(self.base + k)
+
+
+def _tidy_broadcasts(comm):
+    """Root, before a new broadcast: drops its earlier broadcasts' leftovers."""
+    now = time.monotonic()
+    with _PENDING_LOCK:
+        mine = [p for p in _PENDING if p.comm is comm]
+        _PENDING[:] = [p for p in _PENDING if p.comm is not comm]
+    keep = []
+    for p in mine:
+        if p.taken():
+            p.forget(False)
+        elif now > p.expire_at:
+            p.forget(True)
+        else:
+            keep.append(p)
+    with _PENDING_LOCK:
+        _PENDING.extend(keep)
+
+
+@atexit.register
+def _drain_broadcasts():
+    with _PENDING_LOCK:
+        pending, _PENDING[:] = list(_PENDING), []
+    for p in pending:
+        try:
+            while time.monotonic() < p.wait_until and not p.taken():
+                time.sleep(0.005)
+        except Exception:  # noqa: BLE001 - the store is gone already: nothing to wait for
+            pass
 
 
 class _StoreComm:
@@ -112,21 +170,29 @@ class _StoreComm:
         return out
 
     def broadcast(self, msg, root, timeout, phase):
-        """Root returns once every rank has taken the message (as MpiComm's
-        sends complete), so a root that exits next never strands a reader."""
+        """Root posts the message and returns at once, as MpiComm's eager sends
+        do: it never waits for (or fails on) a reader, so a rank that died after
+        the preceding gather cannot make root's outcome differ from the ranks
+        that took the message, and root reaches its next collective with the
+        others (a late root would be blamed for the rank it waited on). The last
+        reader deletes the message; at exit root waits, bounded, for the readers
+        of its recent broadcasts, so the store it may host outlives their reads
+        (_Posted)."""
         deadline = time.monotonic() + timeout
         base = self._next() + "/b"
         if self.rank == root:
+            if self.size == 1:
+                return msg
+            self._op(phase, _tidy_broadcasts, self)
             self._post(base + "/m", msg, base + "/n", phase)
-            readers = {f"{base}/t{r}": r for r in range(self.size) if r != root}
-            self._await(base + "/taken", len(readers), readers, deadline, timeout, phase, "message not taken by")
-            for k in ["/m", "/m/r", "/n", "/taken"] + [f"/t{r}/r" for r in readers.values()]:
-                self._op(phase, self._store.delete_key, base + k)
+            with _PENDING_LOCK:
+                _PENDING.append(_Posted(self, base, self.size - 1, timeout))
             return msg
         self._await(base + "/n", 1, {base + "/m": root}, deadline, timeout, phase, "no message from")
         got = self._read(base + "/m", phase)
-        self._op(phase, self._store.add, f"{base}/t{self.rank}/r", 1)
-        self._op(phase, self._store.add, base + "/taken", 1)
+        if self._op(phase, self._store.add, base + "/taken", 1) == self.size - 1:
+            for k in ("/m", "/m/r", "/n"):  # root deletes "/taken" once it saw it complete
+                self._op(phase, self._store.delete_key, base + k)
         return got
 
     def alltoall(self, out, timeout, phase):

@@ -24,8 +24,9 @@ class CkptError(RuntimeError):
         self.reporting_rank = reporting_rank
         self.op = op
 
-    def __str__(self):
-        return f"{self.code}: {self.message} (rank {self.rank}, phase {self.phase})"
+    def __str__(self):  # a rank only where one is known (never "rank -1")
+        where = ", ".join(([f"rank {self.rank}"] if self.rank >= 0 else []) + ([f"phase {self.phase}"] if self.phase else []))
+        return f"{self.code}: {self.message}" + (f" ({where})" if where else "")
 
     def __reduce__(self):  # picklable (torch.multiprocessing, mpi4py)
         return (_rebuild, (self.code, self.message, self.rank, self.phase, self.reporting_rank, self.op))

@@ -29,31 +29,32 @@ int WorldOf(const std::shared_ptr<CommHandle>& h) { return h && h->get() ? h->ge
 // plus "world", the size of the comm the save runs over. TP/PP/DP are not
 // inferred: generic descriptors do not say which parallel group shards them
 // (docs/FORMAT.md); a caller that knows them passes layout={"tp": ..., ...}.
-nlohmann::json LayoutOf(const std::string& layout, int world) {
+nlohmann::json LayoutOf(const std::string& layout, int world, int rank, const std::string& op) {
   nlohmann::json j = nlohmann::json::parse(layout);
-  if (!j.is_object()) Check(Status::InvalidArgument("layout must be a dict, not " + j.dump()), 0, "save");
+  if (!j.is_object()) Check(Status::InvalidArgument("layout must be a dict, not " + j.dump()), rank, op);
   if (!j.contains("world")) j["world"] = world;
   if (j["world"] != world)
     Check(Status::InvalidArgument("layout " + j.dump() + " names world " + j["world"].dump() + ", but the comm has " +
                                   std::to_string(world) + " rank(s)"),
-          0, "save");
+          rank, op);
   return j;
 }
 
 SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::string& compress, double timeout_s,
                      const std::string& metadata, const std::string& layout, int64_t chunk_bytes,
-                     bool allow_older, const std::string& chunk_hash, int direct_io, int world) {
+                     bool allow_older, const std::string& chunk_hash, int direct_io, int rank,
+                     const std::string& op, int world) {
   SaveOptions o;
   if (direct_io >= 0) o.write.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides (on unless 0)
-  o.write.hash = Value(ParseChunkHash(chunk_hash), -1, "save");
+  o.write.hash = Value(ParseChunkHash(chunk_hash), rank, op);
   o.allow_older = allow_older;
   o.root = root;
   o.iteration = iteration;
   o.timeout = MillisOf(timeout_s);
-  o.write.codec.compression = Value(ParseCompression(compress), -1, "save");
+  o.write.codec.compression = Value(ParseCompression(compress), rank, op);
   if (chunk_bytes > 0) o.write.chunk_bytes = chunk_bytes;
   o.metadata = nlohmann::json::parse(metadata);
-  o.layout = LayoutOf(layout, world);
+  o.layout = LayoutOf(layout, world, rank, op);
   return o;
 }
 
@@ -61,9 +62,9 @@ pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::st
                const std::shared_ptr<CommHandle>& comm, const std::string& compress, double timeout_s,
                const std::string& metadata, const std::string& layout, int64_t chunk_bytes, bool allow_older,
                const std::string& chunk_hash, int direct_io) {
-  ShardedStateDict sd = StateOf(tensors, objects);
+  ShardedStateDict sd = StateOf(tensors, objects, RankOf(comm), "save");
   SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older,
-                           chunk_hash, direct_io, WorldOf(comm));
+                           chunk_hash, direct_io, RankOf(comm), "save", WorldOf(comm));
   o.comm = CommOf(comm);
   Result<SaveStats> r = Status::Internal("not run");
   {
@@ -76,7 +77,7 @@ pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::st
 pyb::tuple Load(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                 const std::shared_ptr<CommHandle>& comm, const std::string& strict, double timeout_s,
                 bool verify_hashes, bool fallback, int direct_io) {
-  ShardedStateDict sd = StateOf(tensors, objects);
+  ShardedStateDict sd = StateOf(tensors, objects, RankOf(comm), "load");
   LoadOptions o;
   // -1: CKPT_DIRECT_IO decides (auto when unset); 0 off, 1 on, 2 auto
   if (direct_io >= 0) o.direct_io = direct_io == 0 ? DirectRead::kOff : direct_io == 1 ? DirectRead::kOn : DirectRead::kAuto;
@@ -112,9 +113,9 @@ class PyAsyncSaver {
                   const std::string& compress, double timeout_s, const std::string& metadata,
                   const std::string& layout, int64_t chunk_bytes, bool allow_older, const std::string& chunk_hash,
                   int direct_io) {
-    ShardedStateDict sd = StateOf(tensors, objects);
+    ShardedStateDict sd = StateOf(tensors, objects, rank(), "async_save");
     SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older,
-                             chunk_hash, direct_io, WorldOf(comm_));
+                             chunk_hash, direct_io, rank(), "async_save", WorldOf(comm_));
     Result<AsyncStartStats> r = Status::Internal("not run");
     {
       pyb::gil_scoped_release nogil;
@@ -125,7 +126,7 @@ class PyAsyncSaver {
   // Pre-allocates the snapshot arena for these tensors (AsyncSaver::Reserve);
   // returns the arena capacity in bytes.
   int64_t Reserve(const pyb::list& tensors) {
-    ShardedStateDict sd = StateOf(tensors, pyb::list());
+    ShardedStateDict sd = StateOf(tensors, pyb::list(), rank(), "async_save");
     Status st;
     {
       pyb::gil_scoped_release nogil;
@@ -173,7 +174,7 @@ pyb::dict FingerprintOf(const std::string& root, int64_t iteration) {
 // Median seconds of `reps` memcpys of the given tensors into one buffer (the
 // async blocking baseline, MedianStateMemcpySeconds).
 double MemcpySeconds(const pyb::list& tensors, int reps) {
-  ShardedStateDict sd = StateOf(tensors, pyb::list());
+  ShardedStateDict sd = StateOf(tensors, pyb::list(), 0, "memcpy");
   std::vector<std::byte> dst(size_t(std::max<int64_t>(sd.TotalBytes(), 1)));
   pyb::gil_scoped_release nogil;
   return Value(MedianStateMemcpySeconds(sd, dst, reps), 0, "memcpy");

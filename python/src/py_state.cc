@@ -52,13 +52,13 @@ void Check(const Status& s, int rank, const std::string& op) {
   if (!s.ok()) throw StatusError(s, rank, op);
 }
 
-ShardedStateDict StateOf(const pyb::list& tensors, const pyb::list& objects) {
+ShardedStateDict StateOf(const pyb::list& tensors, const pyb::list& objects, int rank, const std::string& op) {
   ShardedStateDict sd;
   for (auto item : tensors) {
     auto t = item.cast<pyb::tuple>();
     ShardedTensor m;
     m.key = t[0].cast<std::string>();
-    m.dtype = Value(ParseDType(t[1].cast<std::string>()), -1, "descriptor");
+    m.dtype = Value(ParseDType(t[1].cast<std::string>()), rank, op);
     m.global_shape = ShapeOf(t[2]);
     m.global_offset = ShapeOf(t[3]);
     m.local_shape = ShapeOf(t[4]);

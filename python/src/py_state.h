@@ -59,7 +59,9 @@ auto RunWithoutGil(Fn fn, int rank, const std::string& op) {
   return Value(std::move(r), rank, op);
 }
 
-ShardedStateDict StateOf(const pyb::list& tensors, const pyb::list& objects);
+// The descriptors as a state dict; a bad descriptor throws StatusError for
+// `op` on `rank` (the caller's rank: errors never say "rank -1").
+ShardedStateDict StateOf(const pyb::list& tensors, const pyb::list& objects, int rank, const std::string& op);
 
 pyb::dict ToDict(const SaveStats& s);
 pyb::dict ToDict(const LoadStats& s);

@@ -82,12 +82,13 @@ def tp_save_load(comm, rank, d):
     return out
 
 
-def dead_rank(comm, rank, d, how):
-    """Iteration 1 commits; in iteration 2 rank 2 dies (kill) or hangs past the
-    deadline before its plan: the others fail naming it; nothing is committed."""
+def dead_rank(comm, rank, d, how, victim=2):
+    """Iteration 1 commits; in iteration 2 rank `victim` dies (kill) or hangs
+    past the deadline before its plan: the others fail naming it; nothing is
+    committed."""
     sd, _, _ = state(WORLD, rank, 0, True, it=1)
     ckpt.save(sd, d, 1, comm=comm, timeout=10)
-    if rank == 2:
+    if rank == victim:
         if how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(9)  # hang: past the others' deadline
@@ -140,8 +141,31 @@ def errors(comm, rank, d):
     raise AssertionError("load of a missing key succeeded")
 
 
+def dies_before_last_decision(comm, rank, d):
+    """A load whose last collective (the 'strict' agreement) loses rank 2 after
+    its gather message, before it takes rank 0's decision: rank 0 and the
+    ranks that took the decision must agree on the outcome (here: loaded)."""
+    sd, _, _ = state(WORLD, rank, 0, True, it=1)
+    ckpt.save(sd, d, 1, comm=comm, timeout=10)
+    if rank == 2:
+        def dying_broadcast(msg, root, timeout, phase, _real=comm.broadcast):
+            if phase == "strict":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return _real(msg, root, timeout, phase)
+        comm.broadcast = dying_broadcast
+    sd, mine, want = state(WORLD, rank, 0, False, it=1)
+    t0 = time.monotonic()
+    ckpt.load(sd, d, comm=comm, timeout=3)
+    check(mine, want, "load")
+    return {"seconds": time.monotonic() - t0}
+
+
 SCENARIOS = {"tp": tp_save_load, "dead_kill": lambda c, r, d: dead_rank(c, r, d, "kill"),
-             "dead_hang": lambda c, r, d: dead_rank(c, r, d, "hang"), "async": async_loop, "errors": errors}
+             "dead_hang": lambda c, r, d: dead_rank(c, r, d, "hang"),
+             "dead_kill1": lambda c, r, d: dead_rank(c, r, d, "kill", victim=1),
+             "dies_last": dies_before_last_decision, "async": async_loop, "errors": errors}
+# Scenarios where one rank dies: it never reports done (spawn_main).
+ONE_DIES = ("dead_kill", "dead_kill1", "dies_last")
 
 
 def run_scenario(comm, rank, scenario, d):
@@ -168,7 +192,7 @@ def spawn_main(local_rank, world, port, scenario, d):
     store = dist.distributed_c10d._get_default_store()
     store.add("done", 1)
     deadline = time.monotonic() + 15
-    while local_rank == 0 and store.add("done", 0) < world - (scenario == "dead_kill") and time.monotonic() < deadline:
+    while local_rank == 0 and store.add("done", 0) < world - (scenario in ONE_DIES) and time.monotonic() < deadline:
         time.sleep(0.01)
     os._exit(0 if ok else 1)  # no teardown barrier: a dead peer must not hang the survivors
 

@@ -127,3 +127,33 @@ def test_errors_carry_code_rank_phase(launcher, workdir):
     for r in (0, 2, 3):
         assert res[r]["code"] in ("NotFound", "Aborted"), res[r]
         assert "rank 1" in res[r]["message"] and res[r]["phase"], res[r]
+
+
+def test_survivors_name_the_dead_rank_not_the_store_host(workdir):
+    """TorchComm, rank 1 killed before a save: every survivor names rank 1 (rank
+    0 hosts torch's store; it used to block in 'begin' waiting for rank 1 to
+    take the message, so ranks 2 and 3 timed out on rank 0 instead)."""
+    launch("spawn", "dead_kill1", workdir)
+    res = results(workdir, "dead_kill1")
+    for r in (0, 2, 3):
+        got = res[r]
+        assert got and got["ok"], (r, got)
+        assert got["code"] in ("Timeout", "Aborted"), (r, got)
+        assert re.search(r"rank\(s\) 1 within \d+ ms in phase 'plan'", got["message"]), (r, got)
+        assert "rank(s) 0" not in got["message"], (r, got)
+    assert not os.path.exists(os.path.join(workdir, "iter_0000002")), os.listdir(workdir)
+    # Rank 0's failed save dropped its tmp dir (it used to stay until the next save).
+    assert not [n for n in os.listdir(workdir) if n.startswith(".iter_")], os.listdir(workdir)
+
+
+def test_survivors_agree_when_a_rank_dies_before_the_last_decision(workdir):
+    """TorchComm: rank 2 dies after its gather message of a load's last
+    collective, before it takes rank 0's decision. Ranks 1 and 3 took it and
+    loaded: rank 0 must not report a failure they do not (under MPI, rank 0's
+    send completes eagerly; the store broadcast used to wait for rank 2 and
+    time out)."""
+    launch("spawn", "dies_last", workdir)
+    res = results(workdir, "dies_last")
+    assert res[2] is None, res[2]
+    survivors = [res[r] for r in (0, 1, 3)]
+    assert all(r and r["ok"] for r in survivors), survivors

@@ -311,3 +311,48 @@ def test_descriptor_errors():
         ckpt.ShardedTensor.from_flat_range("x", torch.zeros(4), (10,), (0,), 0, 5)
     with pytest.raises(TypeError):
         ckpt.ShardedTensor.from_rank_offsets("x", torch.zeros(2, dtype=torch.complex64))
+
+
+def test_store_broadcast_root_never_waits_on_a_reader():
+    """TorchComm's store collectives, threads as ranks over a HashStore: a
+    broadcast root returns at once even if a reader never comes (it used to
+    wait for every reader and fail "message not taken by rank(s) 2" while the
+    ranks that took the message went on: survivors disagreed), and its keys
+    are gone once every reader took it."""
+    import threading
+    import time
+    import torch.distributed as dist
+    from ckpt._comm import _StoreComm
+    store = dist.HashStore()
+    comms = [_StoreComm(r, 3, store, "t") for r in range(3)]
+    got = {}
+    t0 = time.monotonic()
+    got[0] = comms[0].broadcast(b"decision", 0, 2.0, "commit")  # rank 2 is dead
+    root_s = time.monotonic() - t0
+    got[1] = comms[1].broadcast(b"", 0, 2.0, "commit")
+    assert got == {0: b"decision", 1: b"decision"} and root_s < 1.0, (got, root_s)
+    # Every reader takes the next one: its message and counters are deleted.
+    comms[2]._seq = comms[0]._seq  # rank 2 "skips" the first (it died before it)
+    readers = [threading.Thread(target=lambda r=r: got.__setitem__(r, comms[r].broadcast(b"", 0, 2.0, "x")))
+               for r in (1, 2)]
+    comms[0].broadcast(b"second", 0, 2.0, "x")
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    assert got[1] == got[2] == b"second"
+    from ckpt._comm import _tidy_broadcasts
+    _tidy_broadcasts(comms[0])
+    # Left: only the first broadcast's keys (its reader is dead, it expires later).
+    assert store.num_keys() == 4, store.num_keys()
+
+
+def test_errors_never_say_rank_minus_one(root):
+    """A bad save option fails naming this process's rank (it said "rank -1");
+    an error whose rank is unknown names none."""
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.zeros(3))}
+    for kw in ({"compress": "lz4"}, {"chunk_hash": "md5"}):
+        with pytest.raises(ckpt.InvalidArgumentError) as e:
+            ckpt.save(sd, root, 1, **kw)
+        assert e.value.rank == 0 and "rank -1" not in str(e.value), str(e.value)
+    assert str(ckpt.CkptError("unknown origin")) == "Internal: unknown origin"

@@ -203,5 +203,16 @@ TEST(CliTest, BadInputExitsTwoNamingTheCommand) {
   EXPECT_NE(r.out.find("ckpt plan"), std::string::npos) << r.out;
 }
 
+// A save or load that fails before its job knows the rank names none (it
+// used to print "rank -1:").
+TEST(CliTest, EarlyLoadAndSaveFailuresNameNoRankMinusOne) {
+  for (const std::string args : {"load --root /nonexistent/ckpt", "save --root /nonexistent/ckpt --iter -1"}) {
+    CmdResult r = Ckpt(args);
+    EXPECT_NE(r.code, 0) << args << ": " << r.out;
+    EXPECT_EQ(r.out.find("rank -1"), std::string::npos) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("ckpt " + args.substr(0, 4) + ": "), std::string::npos) << args << ": " << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace ckpt

@@ -11,7 +11,12 @@
 #include <memory>
 #include <numeric>
 
+#include <thread>
+
+#include "ckpt/base/comm.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "reshard/intersect.h"
+#include "support/test_util.h"
 #include "reshard/read_plan.h"
 #include "ckpt/workload/dist_optimizer_state.h"
 #include "ckpt/workload/expected_values.h"
@@ -508,11 +513,83 @@ TEST(DistOptStateTest, DpReshardableKeysOfChainedDenseAndExpertOptimizers) {
   std::set<std::string> prefixes;
   for (const auto& t : j.dicts[3].tensors())
     if (t.meta.key != kStepKey) prefixes.insert(t.meta.key.substr(0, t.meta.key.find(".gbuf_idx")));
+  // Rank 3 is tp 1, ep 1: dense index tp + 2 * pp = 1, expert index (expert TP
+  // x EP x PP group) tp + 2 * (ep + 4 * pp) = 3.
   EXPECT_EQ(prefixes, (std::set<std::string>{"chained_0.optimizer.distributed.dp_group_idx_1",
-                                             "chained_1.optimizer.distributed.dp_group_idx_1"}));
+                                             "chained_1.optimizer.distributed.dp_group_idx_3"}));
   Job dense = MakeJob(Tiny(), "tp=2,pp=2,dp=2", 0, OptimizerFormat::kDpReshardable, true);
   EXPECT_EQ(dense.dicts[7].tensors()[0].meta.key.rfind("optimizer.distributed.dp_group_idx_3.gbuf_idx_0", 0), 0u)
       << dense.dicts[7].tensors()[0].meta.key;  // tp 1 + 2 * pp 1
+}
+
+// Saves every rank's dict of `j` through SaveCheckpoint, threads as ranks (the
+// real save checks that each shard has exactly one main replica).
+Status SaveJob(const Job& j, const std::string& root) {
+  auto comms = MakeThreadComms(j.pc.world_size());
+  std::vector<Status> st(size_t(j.pc.world_size()));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < j.pc.world_size(); ++r)
+    threads.emplace_back([&, r] {
+      SaveOptions o;
+      o.root = root;
+      o.iteration = 1;
+      o.comm = comms[size_t(r)].get();
+      auto res = SaveCheckpoint(j.dicts[size_t(r)], o);
+      st[size_t(r)] = res.ok() ? Status::Ok() : res.status();
+    });
+  for (auto& t : threads) t.join();
+  for (const Status& s : st)
+    if (!s.ok()) return s;
+  return Status::Ok();
+}
+
+// Loads the tensors of every rank of `dst` (one rank at a time, no comm).
+Status LoadJobTensors(Job& dst, const std::string& root) {
+  for (auto& sd : dst.dicts) {
+    ShardedStateDict tensors;
+    for (auto& t : sd.tensors()) tensors.AddTensor(t.meta, t.data);
+    LoadOptions lo;
+    lo.root = root;
+    auto st = LoadCheckpoint(tensors, lo);
+    if (!st.ok()) return st.status();
+  }
+  return Status::Ok();
+}
+
+// dp_reshardable with EP > 1: MCore keys expert buffers by the rank in the
+// expert TP x EP x PP group, so the EP ranks of one expert-DP group write
+// different keys (before, both claimed "dp_group_idx_<tp + tp*pp>" and the save
+// failed: "ranks 0 and 1 both hold its main replica"). Saved at EP 2, it loads
+// at other DP sizes (dense DP 4 -> 2 / 6, expert DP 2 -> 1 / 3), every element
+// checked; an EP change moves experts between buffers, so (as MCore) it is
+// refused with the way out.
+TEST(DistOptStateTest, DpReshardableWithExpertParallelSavesAndLoadsAtAnotherDp) {
+  GptConfig moe = Tiny();
+  moe.num_experts = 8;
+  moe.moe_ffn_hidden = 32;
+  Job src = MakeJob(moe, "tp=2,dp=4,ep=2", 40000, OptimizerFormat::kDpReshardable, true);
+  ASSERT_EQ(Mismatches(src), 0);
+  const std::string root = testing::ScratchDir("dp_reshardable_ep2");
+  const Status saved = SaveJob(src, root);
+  ASSERT_TRUE(saved.ok()) << saved.ToString();
+  for (const char* to : {"tp=2,dp=4,ep=2", "tp=2,dp=2,ep=2", "tp=2,dp=6,ep=2"}) {
+    Job dst = MakeJob(moe, to, 40000, OptimizerFormat::kDpReshardable, false);
+    ASSERT_GT(Mismatches(dst, false), 0) << "a fresh state must not look loaded";
+    for (int r = 0; r < dst.pc.world_size(); ++r) {
+      const Status layout = CheckMcoreLayout(src, dst, r);
+      ASSERT_TRUE(layout.ok()) << to << " rank " << r << ": " << layout.ToString();
+    }
+    const Status loaded = LoadJobTensors(dst, root);
+    ASSERT_TRUE(loaded.ok()) << to << ": " << loaded.ToString();
+    EXPECT_EQ(Mismatches(dst), 0) << "tp=2,dp=4,ep=2 -> " << to;
+    int64_t elems = 0;
+    for (const auto& r : dst.ranks) elems += r->StateElements();
+    EXPECT_GT(elems, 3 * 100000) << to;
+  }
+  Job ep1 = MakeJob(moe, "tp=2,dp=4", 40000, OptimizerFormat::kDpReshardable, false);
+  const Status st = CheckMcoreLayout(src, ep1, 0);
+  EXPECT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("--optimizer fully_reshardable"), std::string::npos) << st.message();
 }
 
 }  // namespace

@@ -109,10 +109,11 @@ std::set<std::string> ExpectedKeys(const GptConfig& c) {
   std::set<std::string> keys = {"embedding.word_embeddings.weight",
                                 "decoder.final_layernorm.weight"};
   if (!c.tied_embeddings) keys.insert("output_layer.weight");
-  std::vector<std::string> names = {"input_layernorm.weight",
+  // The norms under MCore's keys (tests/unit/mcore_keys_test.cc derives them).
+  std::vector<std::string> names = {"self_attention.linear_qkv.layer_norm_weight",
                                     "self_attention.linear_qkv.weight",
                                     "self_attention.linear_proj.weight",
-                                    "pre_mlp_layernorm.weight",
+                                    "mlp.linear_fc1.layer_norm_weight",
                                     "mlp.linear_fc1.weight",
                                     "mlp.linear_fc2.weight"};
   if (c.add_bias_linear)
@@ -253,7 +254,7 @@ TEST(GptLayoutTest, ReplicaIdsAndTiedEmbeddings) {
   EXPECT_EQ(find(last, "decoder.layers.0.mlp.linear_fc2.weight")->tensor.replica_id,
             (ReplicaId{0, 0, 1}));
   EXPECT_EQ(find(last, "decoder.layers.0.input_layernorm.weight")->tensor.key,
-            "decoder.layers.4.input_layernorm.weight");  // stage offset 4 + local 0
+            "decoder.layers.4.self_attention.linear_qkv.layer_norm_weight");  // stage offset 4 + local 0
   ParallelConfig pp1 = *ParallelConfig::Parse("tp=2");
   int emb = 0;
   for (const GptShard& g : Shards(cfg, pp1, 1)) {

@@ -21,7 +21,7 @@ CKPT_GPT_FIELDS = {  # reshard/gpt_config_json.cc GptConfigToJson + MoeConfigToJ
     "vocab_size", "hidden", "ffn_hidden", "num_layers", "num_heads", "num_query_groups",
     "kv_channels", "swiglu", "tied_embeddings", "add_bias_linear", "qkv_bias",
     "make_vocab_size_divisible_by", "dtype", "first_stage_layers", "last_stage_layers",
-    "stack_layers", "num_experts", "moe_ffn_hidden"}
+    "stack_layers", "num_experts", "moe_ffn_hidden", "norm_keys"}
 
 
 def _rank_models(cfg, tp, dp=1):
@@ -53,7 +53,10 @@ def test_keys_replicas_and_swiglu_blocks_tp2_dp2():
     emb = sd["embedding.word_embeddings.weight"]
     assert emb.global_shape == (288, 64) and emb.global_offset == (144, 0)
     assert emb.allow_shape_mismatch
-    assert sd["decoder.layers.0.input_layernorm.weight"].replica_id == (0, 1, 1)
+    # Megatron-Core's keys for the norms (module names input_layernorm, pre_mlp_layernorm).
+    assert sd["decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"].replica_id == (0, 1, 1)
+    assert sd["decoder.layers.0.mlp.linear_fc1.layer_norm_weight"].replica_id == (0, 1, 1)
+    assert not any("input_layernorm" in k or "pre_mlp_layernorm" in k for k in sd)
     assert sd["decoder.layers.0.self_attention.linear_proj.weight"].global_offset == (0, 32)
     assert sd["decoder.layers.0.self_attention.linear_qkv.weight"].global_shape == (128, 64)
     assert sd["optimizer.state.exp_avg.output_layer.weight"].global_shape == (288, 64)
