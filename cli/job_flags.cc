@@ -10,11 +10,9 @@ namespace ckpt::cli {
 
 Status Fail(const char* cmd, int rank, const Status& st) {
   if (rank < 0)  // before the job knows its rank: say none rather than "rank -1"
-    std::fprintf(stderr, "ckpt %s: %s
-", cmd, st.ToString().c_str());
+    std::fprintf(stderr, "ckpt %s: %s\n", cmd, st.ToString().c_str());
   else
-    std::fprintf(stderr, "ckpt %s: rank %d: %s
-", cmd, rank, st.ToString().c_str());
+    std::fprintf(stderr, "ckpt %s: rank %d: %s\n", cmd, rank, st.ToString().c_str());
   return st;
 }
 
