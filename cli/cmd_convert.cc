@@ -15,9 +15,9 @@ namespace {
 
 using nlohmann::json;
 
-int Fail(const Status& st) {
+Status Fail(const Status& st) {
   std::fprintf(stderr, "ckpt convert: %s\n", st.ToString().c_str());
-  return kExitError;
+  return st;  // a damaged checkpoint (kCorruption) is exit 1, like verify and load
 }
 
 Result<convert::ConvertStats> Run(const ConvertFlags& f) {
@@ -37,6 +37,12 @@ Result<convert::ConvertStats> Run(const ConvertFlags& f) {
     return convert::ImportHfLlama(o);
   }
   if (f.to == "hf") {
+    // Checked as a double: 0, -1 and NaN are refused, not cast to a size.
+    if (!(f.max_shard_mb > 0) || f.max_shard_mb > double(int64_t(1) << 40)) {
+      char mb[64];
+      std::snprintf(mb, sizeof mb, "%g", f.max_shard_mb);
+      return Status::InvalidArgument(std::string("--max-shard-mb ") + mb + ": give the largest file size in MiB, > 0");
+    }
     convert::HfExportOptions o;
     o.root = f.src;
     o.iteration = f.iteration;
@@ -57,7 +63,7 @@ Result<convert::ConvertStats> Run(const ConvertFlags& f) {
 
 }  // namespace
 
-int RunConvert(const ConvertFlags& f) {
+Status RunConvert(const ConvertFlags& f) {
   MemoryProbe mem;
   mem.ResetPeak();
   auto stats = Run(f);
@@ -72,7 +78,7 @@ int RunConvert(const ConvertFlags& f) {
   if (f.to == "ckpt") out["layout"] = f.layout;
   if (f.json) {
     std::printf("%s\n", out.dump().c_str());
-    return kExitOk;
+    return Status::Ok();
   }
   std::printf("convert %s -> %s (%s): %lld tensors, %.1f MB written in %.3f s = %.0f MB/s, %d file(s); "
               "peak RSS %.1f MB (largest buffer %.1f MB) for a %.1f MB model%s\n",
@@ -81,7 +87,7 @@ int RunConvert(const ConvertFlags& f) {
               s.peak_buffer_bytes / 1e6, s.model_bytes / 1e6,
               s.objects_skipped ? (", " + std::to_string(s.objects_skipped) + " per-rank object(s) left out").c_str()
                                 : "");
-  return kExitOk;
+  return Status::Ok();
 }
 
 }  // namespace ckpt::cli

@@ -49,7 +49,7 @@ void Progress(const std::string& line) {
 
 }  // namespace
 
-int RunCampaignCmd(const FaultRunFlags& f) {
+Status RunCampaignCmd(const FaultRunFlags& f) {
   CampaignOptions o;
   o.job = JobOf(f);
   o.mpi_extra = SplitWords(f.mpi_extra);
@@ -67,7 +67,7 @@ int RunCampaignCmd(const FaultRunFlags& f) {
   auto rep = RunCampaign(o);
   if (!rep.ok()) {
     std::fprintf(stderr, "ckpt faults run: %s\n", rep.status().ToString().c_str());
-    return kExitError;
+    return rep.status();
   }
   std::printf("%s", rep->Table().c_str());
   if (!f.json_out.empty()) WriteEvidence(f.json_out, rep->ToJson().dump(1) + "\n");
@@ -83,12 +83,13 @@ int RunCampaignCmd(const FaultRunFlags& f) {
                   n > 0 ? ", as the checker must" : " - THE CHECKER FOUND NOTHING");
       all = all && n > 0;
     }
-    return all ? kExitOk : kExitCheckFailed;
+    return all ? Status::Ok() : CheckFailed("a negative control found nothing");
   }
-  return rep->violations() == 0 ? kExitOk : kExitCheckFailed;
+  if (rep->violations() == 0) return Status::Ok();
+  return CheckFailed(std::to_string(rep->violations()) + " violation(s)");
 }
 
-int RunDeadlineCmd(const FaultRunFlags& f) {
+Status RunDeadlineCmd(const FaultRunFlags& f) {
   DeadlineOptions o;
   o.job = JobOf(f);
   o.mpi_extra = SplitWords(f.mpi_extra);
@@ -97,7 +98,7 @@ int RunDeadlineCmd(const FaultRunFlags& f) {
     auto sc = ParseDeadlineScenario(s);
     if (!sc.ok()) {
       std::fprintf(stderr, "ckpt faults deadline: %s\n", sc.status().ToString().c_str());
-      return kExitError;
+      return sc.status();
     }
     o.scenarios.push_back(*sc);
   }
@@ -105,12 +106,12 @@ int RunDeadlineCmd(const FaultRunFlags& f) {
   auto res = RunDeadlineChecks(o);
   if (!res.ok()) {
     std::fprintf(stderr, "ckpt faults deadline: %s\n", res.status().ToString().c_str());
-    return kExitError;
+    return res.status();
   }
   std::printf("%s", DeadlineTable(*res, f.timeout_ms).c_str());
   for (const auto& r : *res)
-    if (!r.problems.empty()) return kExitCheckFailed;
-  return kExitOk;
+    if (!r.problems.empty()) return CheckFailed("a deadline scenario has problems");
+  return Status::Ok();
 }
 
 }  // namespace ckpt::cli

@@ -24,9 +24,10 @@ using nlohmann::json;
 using namespace ckpt::faults;
 
 // A failed rank: report, then end without MPI_Finalize, which can block on a
-// dead peer. exit_code < 0: by the Status (kCorruption: check failed).
+// dead peer, with the exit code main would give `agreed` (ExitCodeOf; null:
+// st itself).
 [[noreturn]] void DieChild(const char* phase, int rank, const Status& st, const std::string& result_path,
-                           json result, int exit_code = -1) {
+                           json result, const Status* agreed = nullptr) {
   std::fprintf(stderr, "ckpt faults child %s: rank %d: %s\n", phase, rank, st.ToString().c_str());
   result["ok"] = false;
   result["error"] = st.ToString();
@@ -34,11 +35,10 @@ using namespace ckpt::faults;
   WriteEvidence(result_path, result.dump() + "\n");
   std::fflush(stdout);
   std::fflush(stderr);
-  if (exit_code < 0) exit_code = ExitCodeOf(st);
-  _exit(exit_code);
+  _exit(ExitCodeOf(agreed ? *agreed : st));
 }
 
-int ChildSave(const FaultChildFlags& f) {
+Status ChildSave(const FaultChildFlags& f) {
   std::string name;
   auto model = ResolveModel(f.model, f.root, -1, &name);
   auto plan = model.ok() ? PlanOf(f) : Result<FaultPlan>(model.status());
@@ -52,15 +52,15 @@ int ChildSave(const FaultChildFlags& f) {
   if (!f.cases.empty()) {
     st = SaveCases(j, *model, name, f, *plan);
     if (!st.ok()) DieChild("save", j.rank(), st, "", json::object());
-    return kExitOk;
+    return Status::Ok();
   }
   st = SaveCase(j, *model, name, f, f.root, f.result_dir, *plan, j.comm.get());
   if (!st.ok()) DieChild("save", j.rank(), st, "", json::object());
   Print0(j, "%s\n", json{{"ok", true}, {"iteration", f.iteration}}.dump().c_str());
-  return kExitOk;
+  return Status::Ok();
 }
 
-int ChildLoad(const FaultChildFlags& f) {
+Status ChildLoad(const FaultChildFlags& f) {
   std::string name;
   auto model = ResolveModel(f.model, f.root, -1, &name);
   auto plan = model.ok() ? PlanOf(f) : Result<FaultPlan>(model.status());
@@ -90,8 +90,10 @@ int ChildLoad(const FaultChildFlags& f) {
   }
   result["t_start_ns"] = MonotonicNs();
   auto r = LoadCheckpoint(sd, o);
-  if (!r.ok())
-    DieChild("load", rank, r.status(), result_path, result, AgreedLoadExitCode(lr->comm, r.status(), o.timeout));
+  if (!r.ok()) {
+    const Status agreed = AgreedLoadFailure(lr->comm, r.status(), o.timeout);
+    DieChild("load", rank, r.status(), result_path, result, &agreed);
+  }
   json mine = LoadVerdict(r, *lr->state, model->vocab_size);
   result.update(mine);
   result["t_end_ns"] = MonotonicNs();
@@ -104,12 +106,13 @@ int ChildLoad(const FaultChildFlags& f) {
   }
   if (rank == 0) std::printf("%s\n", merged.dump().c_str());
   std::fflush(stdout);
-  if (!merged.value("ok", false)) return kExitError;
-  return merged.value("mismatches", int64_t(0)) == 0 ? kExitOk : kExitCheckFailed;
+  if (!merged.value("ok", false)) return Status::Aborted("the ranks' load verdicts are not ok: " + merged.dump());
+  if (merged.value("mismatches", int64_t(0)) == 0) return Status::Ok();
+  return CheckFailed("loaded values mismatch: " + merged.dump());
 }
 
 }  // namespace
 
-int RunFaultChild(const FaultChildFlags& f) { return f.phase == "save" ? ChildSave(f) : ChildLoad(f); }
+Status RunFaultChild(const FaultChildFlags& f) { return f.phase == "save" ? ChildSave(f) : ChildLoad(f); }
 
 }  // namespace ckpt::cli

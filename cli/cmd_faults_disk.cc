@@ -13,15 +13,15 @@ namespace ckpt::cli {
 
 using namespace ckpt::faults;
 
-int RunPowerLoss(const PowerLossFlags& f) {
+Status RunPowerLoss(const PowerLossFlags& f) {
   auto m = ParsePowerLossMode(f.mode);
   auto r = m.ok() ? ApplyPowerLossDir(DefaultEnv(), f.dir, *m, uint64_t(f.seed)) : Result<PowerLossReport>(m.status());
   if (!r.ok()) std::fprintf(stderr, "ckpt faults powerloss: %s\n", r.status().ToString().c_str());
   else std::printf("power loss (%s): %s\n", f.mode.c_str(), r->ToString().c_str());
-  return r.ok() ? kExitOk : kExitError;
+  return r.status();
 }
 
-int RunDamage(const DamageFlags& f) {
+Status RunDamage(const DamageFlags& f) {
   auto kind = ParseAction(f.kind);
   DamageRequest r = f.req;
   r.kind = kind.ok() ? *kind : Action::kBitFlip;
@@ -29,7 +29,7 @@ int RunDamage(const DamageFlags& f) {
   auto d = kind.ok() ? ApplyDamage(DefaultEnv(), f.root, f.iteration, r) : Result<DamageResult>(kind.status());
   if (!d.ok()) std::fprintf(stderr, "ckpt faults damage: %s\n", d.status().ToString().c_str());
   else std::printf("damaged (%s): %s\n", f.kind.c_str(), d->ToString().c_str());
-  return d.ok() ? kExitOk : kExitError;
+  return d.status();
 }
 
 }  // namespace ckpt::cli

@@ -90,33 +90,33 @@ void PrintText(const CheckpointDiff& d) {
 
 }  // namespace
 
-int RunFingerprint(const FingerprintFlags& f) {
+Status RunFingerprint(const FingerprintFlags& f) {
   FingerprintOptions opts = f.opts;
   opts.verify_hashes = !f.no_verify;
   opts.block_bytes = f.block_kb * 1024;
   auto r = FingerprintCheckpoint(f.root, opts);
   if (!r.ok()) {
     std::fprintf(stderr, "ckpt fingerprint: %s\n", r.status().ToString().c_str());
-    return ExitCodeOf(r.status());
+    return r.status();
   }
   if (f.json)
     std::printf("%s\n", ToJson(*r, f.per_tensor).dump(2).c_str());
   else
     PrintText(*r, f.per_tensor);
-  return kExitOk;
+  return Status::Ok();
 }
 
-int RunDiff(const DiffFlags& f) {
+Status RunDiff(const DiffFlags& f) {
   auto r = DiffCheckpoints(f.a, f.b, f.opts_a, f.opts_b);
   if (!r.ok()) {
     std::fprintf(stderr, "ckpt diff: %s\n", r.status().ToString().c_str());
-    return ExitCodeOf(r.status());
+    return r.status();
   }
   if (f.json)
     std::printf("%s\n", ToJson(*r).dump(2).c_str());
   else
     PrintText(*r);
-  return r->same() ? kExitOk : kExitCheckFailed;
+  return r->same() ? Status::Ok() : CheckFailed("the checkpoints differ");
 }
 
 }  // namespace ckpt::cli

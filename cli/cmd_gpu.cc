@@ -19,7 +19,7 @@ std::string Version(int v, int major_div) {
 
 }  // namespace
 
-int RunGpu(bool as_json) {
+Status RunGpu(bool as_json) {
   const gpu::GpuInfo g = gpu::QueryGpu();
   if (as_json) {
     nlohmann::json j = {{"compiled", g.compiled},         {"cuda_runtime", g.cuda_runtime},
@@ -37,7 +37,8 @@ int RunGpu(bool as_json) {
     for (int d = 0; d < g.device_count; ++d)
       std::printf("device %d: %s%s\n", d, g.devices[d].c_str(), d == g.local_device ? "  (this process)" : "");
   }
-  return g.compiled && g.device_count > 0 ? kExitOk : kExitCheckFailed;
+  if (g.compiled && g.device_count > 0) return Status::Ok();
+  return CheckFailed(g.compiled ? "no usable GPU" : "the GPU path is not compiled");
 }
 
 }  // namespace ckpt::cli

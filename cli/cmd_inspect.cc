@@ -76,17 +76,17 @@ void PrintText(const Manifest& m, const std::string& root) {
 
 }  // namespace
 
-int RunInspect(const InspectFlags& f) {
+Status RunInspect(const InspectFlags& f) {
   auto m = ReadManifest(DefaultEnv(), f.root, f.iteration);
   if (!m.ok()) {
     std::fprintf(stderr, "ckpt inspect: %s\n", m.status().ToString().c_str());
-    return kExitError;
+    return m.status();  // a manifest that fails its own hash is damaged data (exit 1)
   }
   if (f.json)
     std::printf("%s\n", ToJson(*m, f.root).dump(2).c_str());
   else
     PrintText(*m, f.root);
-  return kExitOk;
+  return Status::Ok();
 }
 
 }  // namespace ckpt::cli

@@ -27,13 +27,14 @@ struct LoadJob {
 };
 
 // The rank's load options and read-sharing group; the bucket-layout precheck
-// (a failure is reported by rank 0 only, *rc its exit code).
-Status Prepare(const JobFlags& f, LoadJob& l, int64_t iteration, int* rc) {
+// (a failure is reported by rank 0 only, *reported set).
+Status Prepare(const JobFlags& f, LoadJob& l, int64_t iteration, bool* reported) {
   GptJob& j = *l.job;
   CKPT_RETURN_IF_ERROR(ApplyNaiveFc1(f, j));
   if (l.spec.format == reshard::OptimizerFormat::kBucketSpace) {
     Status pre = PrecheckBucketLayout(j, f.root, iteration);
-    if (!pre.ok()) *rc = j.rank() == 0 ? Fail("load", 0, pre) : kExitError;
+    if (!pre.ok() && j.rank() == 0) Fail("load", 0, pre).IgnoreError();
+    *reported = !pre.ok();
     CKPT_RETURN_IF_ERROR(pre);
   }
   l.o.root = f.root;
@@ -50,9 +51,9 @@ Status Prepare(const JobFlags& f, LoadJob& l, int64_t iteration, int* rc) {
   return Status::Ok();
 }
 
-// Model and optimizer resolution, job start-up, Prepare. A failure's exit
-// code is returned in *rc (the failure printed naming the rank).
-Result<LoadJob> Start(const JobFlags& f, int* rc) {
+// Model and optimizer resolution, job start-up, Prepare. A failure is
+// printed naming the rank.
+Result<LoadJob> Start(const JobFlags& f) {
   LoadJob l;
   std::string name;
   const int64_t iteration = ResolveLoadIteration(f.root, f.iteration);
@@ -62,16 +63,13 @@ Result<LoadJob> Start(const JobFlags& f, int* rc) {
                                              l.saved.ok() ? l.saved->metadata : json::object())
                          : Result<OptimizerSpec>(model.status());
   auto job = spec.ok() ? StartGptJob(f.layout, *model, name, *spec) : Result<std::unique_ptr<GptJob>>(spec.status());
-  if (!job.ok()) {
-    *rc = Fail("load", -1, job.status());
-    return job.status();
-  }
+  if (!job.ok()) return Fail("load", -1, job.status());
   l.spec = *spec;
   l.job = std::move(job).value();
   l.job->timeout = Millis(f.timeout_ms);
-  Status st = Prepare(f, l, iteration, rc);
-  if (!st.ok() && *rc < 0) *rc = Fail("load", l.job->rank(), st);
-  if (!st.ok()) return st;
+  bool reported = false;
+  Status st = Prepare(f, l, iteration, &reported);
+  if (!st.ok()) return reported ? st : Fail("load", l.job->rank(), st);
   return l;
 }
 
@@ -95,7 +93,7 @@ void PrintText(const GptJob& j, const json& out, const JobFlags& f) {
 }
 
 // Checks the values (unless --no-check), gathers every rank's figures and prints.
-int Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::LoadMemory& mem, double secs) {
+Status Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::LoadMemory& mem, double secs) {
   GptJob& j = *l.job;
   for (const std::string& why : r.skipped)
     if (j.rank() == 0)
@@ -161,20 +159,20 @@ int Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::Lo
     Print0(j, "%s\n", out.dump().c_str());
   else
     PrintText(j, out, f);
-  return s["bad"].get<int64_t>() == 0 ? kExitOk : kExitCheckFailed;
+  if (s["bad"].get<int64_t>() == 0) return Status::Ok();
+  return CheckFailed(std::to_string(s["bad"].get<int64_t>()) + " element(s) differ from the expected values");
 }
 
 }  // namespace
 
-int RunLoad(const JobFlags& f) {
-  int rc = -1;
-  auto started = Start(f, &rc);
-  if (!started.ok()) return rc;
+Status RunLoad(const JobFlags& f) {
+  auto started = Start(f);
+  if (!started.ok()) return started.status();
   LoadJob& l = *started;
   GptJob& j = *l.job;
   auto sd = j.StateDict();
   if (!sd.ok()) return Fail("load", j.rank(), sd.status());
-  if (!j.comm->Barrier(l.o.timeout, "start").ok()) return kExitError;
+  CKPT_RETURN_IF_ERROR(j.comm->Barrier(l.o.timeout, "start"));
   workload::MemoryProbe probe;
   workload::LoadMemory mem{.state = j.StateBytes(), .largest_shard = workload::LargestShard(*sd)};
   mem.peak_reset = probe.ResetPeak();
@@ -184,8 +182,8 @@ int RunLoad(const JobFlags& f) {
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   mem.peak = probe.Peak();
   if (!r.ok()) {  // every rank prints its error and exits with the agreed code
-    Fail("load", j.rank(), r.status());
-    return AgreedLoadExitCode(j.comm.get(), r.status(), l.o.timeout);
+    Fail("load", j.rank(), r.status()).IgnoreError();
+    return AgreedLoadFailure(j.comm.get(), r.status(), l.o.timeout);
   }
   return Report(f, l, *r, mem, secs);
 }

@@ -17,14 +17,14 @@ namespace {
 
 using nlohmann::json;
 
-int Fail(const char* cmd, const Status& st) {
+Status Fail(const char* cmd, const Status& st) {
   std::fprintf(stderr, "ckpt %s: %s\n", cmd, st.ToString().c_str());
-  return ExitCodeOf(st);
+  return st;
 }
 
 }  // namespace
 
-int RunReshard(const ReshardFlags& f) {
+Status RunReshard(const ReshardFlags& f) {
   workload::GptReshardRequest req = f.req;
   req.chunk_bytes = f.chunk_kb * 1024;
   auto r = workload::ReshardGptCheckpoint(req);
@@ -40,16 +40,16 @@ int RunReshard(const ReshardFlags& f) {
                 static_cast<long long>(s.src_iteration), r->from_layout.dump().c_str(), r->to_layout.c_str(),
                 s.bytes_read / 1e6, s.bytes_written / 1e6, s.seconds, req.dst.c_str());
   }
-  return kExitOk;
+  return Status::Ok();
 }
 
-int RunPlan(const PlanFlags& f) {
+Status RunPlan(const PlanFlags& f) {
   workload::LoadPlanRequest req = f.req;
   req.chunk_bytes = f.chunk_kb * 1024;
   auto plan = workload::PlanLoad(req);
   if (!plan.ok()) return Fail("plan", plan.status());
   std::fputs(f.json ? (plan->dump(1) + "\n").c_str() : workload::PlanText(*plan).c_str(), stdout);
-  return kExitOk;
+  return Status::Ok();
 }
 
 }  // namespace ckpt::cli

@@ -39,7 +39,7 @@ SaveOptions Options(const JobFlags& f, const GptJob& j, Compression comp, ChunkH
 }
 
 // The job-wide figures (collective) as JSON, and the text line.
-int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& r, double secs) {
+Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& r, double secs) {
   const DirectIoStats& d = r.direct_io;
   auto all = j.AllGatherJson({{"bytes", r.bytes_written}, {"file", r.file_bytes}, {"phases", r.phase_seconds},
                               {"direct", int64_t(d.active)}, {"direct_bytes", int64_t(d.direct_bytes)},
@@ -47,7 +47,7 @@ int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& 
   if (!all.ok()) {  // committed all the same: a missing report is a warning, never a failed save
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but the report gather failed: %s\n",
                  j.rank(), static_cast<long long>(o.iteration), all.status().ToString().c_str());
-    return kExitOk;
+    return Status::Ok();
   }
   auto total = workload::SumOf(*all, "bytes"), mx = workload::MaxOf(*all, "bytes"), mn = workload::MinOf(*all, "bytes");
   auto ranks = workload::ReduceSaveReports(*all);  // per-rank phases and the straggler
@@ -77,7 +77,7 @@ int Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& 
     Print0(j, "save  slowest writer: rank %d, write %.3f s (median %.3f s, %.1fx); longest wait: rank %d, %.3f s\n",
            s["rank"].get<int>(), s["seconds"].get<double>(), s["median_seconds"].get<double>(),
            s["ratio"].get<double>(), s["longest_wait_rank"].get<int>(), s["longest_wait_seconds"].get<double>());
-  return kExitOk;
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<GptJob>> Start(const JobFlags& f) {
@@ -99,7 +99,7 @@ void NoteOlder(const JobFlags& f, const GptJob& j) {
 
 }  // namespace
 
-int RunSave(const JobFlags& f) {
+Status RunSave(const JobFlags& f) {
   if (f.iteration < 0)
     return Fail("save", -1, Status::InvalidArgument("--iter " + std::to_string(f.iteration) + ": an iteration is >= 0"));
   auto job = Start(f);
@@ -117,7 +117,7 @@ int RunSave(const JobFlags& f) {
   NoteOlder(f, j);
   auto sd = j.StateDict();
   if (!sd.ok()) return Fail("save", j.rank(), sd.status());
-  if (!j.comm->Barrier(o.timeout, "start").ok()) return kExitError;
+  CKPT_RETURN_IF_ERROR(j.comm->Barrier(o.timeout, "start"));
   const auto t0 = Clock::now();
   std::unique_ptr<faults::FaultEnv> fenv;  // --faults: the fault plan's Env and step hook
   SaveOptions fo = o;

@@ -62,14 +62,14 @@ std::string FindRunner(std::vector<std::string>* tried) {
 
 }  // namespace
 
-int RunScenario(const std::vector<std::string>& args) {
+Status RunScenario(const std::vector<std::string>& args) {
   std::vector<std::string> tried;
   const std::string runner = FindRunner(&tried);
   if (runner.empty()) {
     std::string why;
     for (const auto& t : tried) why += " " + t;
     std::fprintf(stderr, "ckpt scenario: cannot find %s; tried%s (set CKPT_SCENARIO_RUNNER)\n", kRunner, why.c_str());
-    return kExitError;
+    return Status::NotFound(std::string("cannot find ") + kRunner);
   }
   const char* py_env = std::getenv("PYTHON");
   const std::string python = py_env && *py_env ? py_env : "/usr/bin/python3";
@@ -81,8 +81,9 @@ int RunScenario(const std::vector<std::string>& args) {
   std::fflush(stdout);
   std::fflush(stderr);
   execv(python.c_str(), c.data());
-  std::fprintf(stderr, "ckpt scenario: cannot execute %s: %s\n", python.c_str(), std::strerror(errno));
-  return kExitError;
+  const std::string why = std::strerror(errno);
+  std::fprintf(stderr, "ckpt scenario: cannot execute %s: %s\n", python.c_str(), why.c_str());
+  return Status::IOError("cannot execute " + python + ": " + why);
 }
 
 }  // namespace ckpt::cli

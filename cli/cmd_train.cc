@@ -45,7 +45,7 @@ void Print0(const Job& j, const std::string& s) {
 // rank's; a status all ranks agreed on (`agreed`) is reported by rank 0 only.
 // Before the job has a communicator (bad flags: every rank fails the same
 // way) only the launcher's rank 0 reports.
-int Fail(const Job& j, const Status& st, bool agreed = false) {
+Status Fail(const Job& j, const Status& st, bool agreed = false) {
   if (j.rank() < 0) {
     const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
     if (!launcher_rank || std::string(launcher_rank) == "0")
@@ -53,7 +53,7 @@ int Fail(const Job& j, const Status& st, bool agreed = false) {
   } else if (agreed ? j.rank() == 0 : (st.code() != Code::kAborted || j.rank() == 0)) {
     std::fprintf(stderr, "ckpt train: rank %d: %s\n", j.rank(), st.ToString().c_str());
   }
-  return ExitCodeOf(st);  // typed: a refused NaN/Inf save carries kNonFinitePhase on every rank
+  return st;  // typed: a refused NaN/Inf save carries kNonFinitePhase on every rank (exit 1)
 }
 
 Result<SaveOptions> SaveTemplate(const Job& j, const TrainFlags& f) {
@@ -112,7 +112,7 @@ Result<json> ResumeOrInit(Job& j, const TrainFlags& f) {
 
 }  // namespace
 
-int RunTrain(TrainFlags& f) {
+Status RunTrain(TrainFlags& f) {
   auto started = StartJob(f);
   if (!started.ok()) return Fail(Job(), started.status());
   Job& j = *started;
@@ -129,7 +129,7 @@ int RunTrain(TrainFlags& f) {
   auto run = workload::RunTrainLoop(*j.work, *j.coll, *j.saver, lo, [&](const std::string& s) { Print0(j, s); });
   if (!run.ok()) return Fail(j, run.status());
   if (run->stopped_early) {  // --kill-after-save: every rank is past the commit; die like a killed job
-    if (!j.comm->Barrier(Millis(f.timeout_ms), "kill").ok()) return kExitError;
+    CKPT_RETURN_IF_ERROR(j.comm->Barrier(Millis(f.timeout_ms), "kill"));
     Print0(j, "train: killing the job after the save at iteration " + std::to_string(j.work->iteration()) +
                   " (SIGKILL)\n");
     std::raise(SIGKILL);
@@ -142,7 +142,7 @@ int RunTrain(TrainFlags& f) {
   for (const char* k : {"memcpy_baseline", "async"})
     if (report->contains(k)) out[k] = (*report)[k];
   Print0(j, f.json ? out.dump() + "\n" : workload::TrainSummaryLine(out));
-  return kExitOk;
+  return Status::Ok();
 }
 
 }  // namespace ckpt::cli

@@ -20,18 +20,18 @@ VerifyOptions OptionsOf(const VerifyFlags& f, int64_t iteration) {
 }
 
 // An iteration whose manifest could not be trusted: its JSON entry, the
-// message on stderr; the exit code.
-int ReportError(int64_t iteration, const Status& st, nlohmann::json* out) {
+// message on stderr; its outcome.
+Status ReportError(int64_t iteration, const Status& st, nlohmann::json* out) {
   out->push_back({{"ok", false}, {"iteration", iteration}, {"error", st.ToString()}});
   std::fprintf(stderr, "ckpt verify: %s\n", st.ToString().c_str());
-  // A manifest that fails its own hash is a failed check, not a usage error.
-  return ExitCodeOf(st);
+  // A manifest that fails its own hash is a failed check (kCorruption), not a usage error.
+  return st;
 }
 
-// Prints one report; the exit code. An iteration removed while it was checked
-// is not damage: 0 among --all's iterations (`single` false), else 2 (it could
-// not be verified: it is gone).
-int Report(const VerifyFlags& f, const VerifyOptions& o, const VerifyReport& r, bool single, nlohmann::json* out) {
+// Prints one report; its outcome. An iteration removed while it was checked
+// is not damage: OK among --all's iterations (`single` false), else kNotFound
+// (exit 2: it could not be verified, it is gone).
+Status Report(const VerifyFlags& f, const VerifyOptions& o, const VerifyReport& r, bool single, nlohmann::json* out) {
   const double mbps = r.seconds > 0 ? double(r.bytes_checked) / 1e6 / r.seconds : 0;
   nlohmann::json j{{"ok", r.ok()}, {"iteration", r.iteration}, {"files", r.files_checked},
                    {"chunks", r.chunks_checked}, {"bytes", r.bytes_checked}, {"seconds", r.seconds},
@@ -55,48 +55,57 @@ int Report(const VerifyFlags& f, const VerifyOptions& o, const VerifyReport& r, 
                   static_cast<long long>(r.files_checked), static_cast<long long>(r.chunks_checked),
                   static_cast<long long>(r.bytes_checked), r.seconds, mbps);
   }
-  if (r.removed) return single ? kExitError : kExitOk;
-  return r.ok() ? kExitOk : kExitCheckFailed;
+  if (r.removed)
+    return single ? Status::NotFound("iteration " + std::to_string(r.iteration) + " was removed while it was verified")
+                  : Status::Ok();
+  if (r.ok()) return Status::Ok();
+  return CheckFailed("iteration " + std::to_string(r.iteration) + ": " + std::to_string(r.issues.size()) +
+                     " problem(s)");
 }
 
-int VerifyAll(const VerifyFlags& f) {
+// Keeps the outcome with the higher exit code: an error (2) outranks a failed check (1).
+void KeepWorst(Status* worst, Status st) {
+  if (ExitCodeOf(st) > ExitCodeOf(*worst)) *worst = std::move(st);
+}
+
+Status VerifyAll(const VerifyFlags& f) {
   const VerifyOptions o = OptionsOf(f, -1);
   auto all = VerifyAllIterations(DefaultEnv(), f.root, o);
   if (!all.ok()) {
     std::fprintf(stderr, "ckpt verify: %s\n", all.status().ToString().c_str());
-    return kExitError;
+    return all.status();
   }
   nlohmann::json reports = nlohmann::json::array();
-  int rc = kExitOk;
+  Status worst;
   for (const auto& it : all->iterations)
-    rc = std::max(rc, it.error.ok() ? Report(f, o, it.report, false, &reports)
+    KeepWorst(&worst, it.error.ok() ? Report(f, o, it.report, false, &reports)
                                     : ReportError(it.iteration, it.error, &reports));
   // What `verify` and `load` of the latest would fail on (a garbage tracker):
   // the three agree.
   if (!all->latest.ok()) {
     std::fprintf(stderr, "ckpt verify: latest: %s\n", all->latest.ToString().c_str());
-    rc = std::max(rc, ExitCodeOf(all->latest));
+    KeepWorst(&worst, all->latest);
   }
   if (f.json) {
-    nlohmann::json j{{"ok", rc == kExitOk}, {"iterations", reports}};
+    nlohmann::json j{{"ok", worst.ok()}, {"iterations", reports}};
     j["latest"] = all->latest.ok() ? nlohmann::json(nullptr) : nlohmann::json(all->latest.ToString());
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("%s: %zu iterations verified\n", rc == kExitOk ? "OK" : "FAILED", all->iterations.size());
+    std::printf("%s: %zu iterations verified\n", worst.ok() ? "OK" : "FAILED", all->iterations.size());
   }
-  return rc;
+  return worst;
 }
 
 }  // namespace
 
-int RunVerify(const VerifyFlags& f) {
+Status RunVerify(const VerifyFlags& f) {
   if (f.all_iterations) return VerifyAll(f);
   nlohmann::json reports = nlohmann::json::array();
   const VerifyOptions o = OptionsOf(f, f.opts.iteration);
   auto r = VerifyCheckpoint(DefaultEnv(), f.root, o);
-  const int rc = r.ok() ? Report(f, o, *r, true, &reports) : ReportError(f.opts.iteration, r.status(), &reports);
+  Status st = r.ok() ? Report(f, o, *r, true, &reports) : ReportError(f.opts.iteration, r.status(), &reports);
   if (f.json) std::printf("%s\n", reports[0].dump(2).c_str());
-  return rc;
+  return st;
 }
 
 }  // namespace ckpt::cli

@@ -1,5 +1,8 @@
 // The `ckpt` subcommands' entry points: each command's options as a plain
-// struct and the function that runs it and returns the process exit code.
+// struct and the function that runs it. Every Run* prints its own report and
+// errors (naming the rank where ranks differ) and returns a Status; main maps
+// that Status to the process exit code once, with ExitCodeOf - no command
+// picks an exit code itself.
 // Parsing (CLI11) lives apart, in cli/flags_*.cc (cli/flags.h): CLI11 is
 // header-only and costs ~10 s of compile time in every file that includes it,
 // so only those files and main.cc do. The work is done by the libraries.
@@ -8,6 +11,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ckpt/base/env.h"
@@ -31,7 +36,17 @@ inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitError = 2;
 inline constexpr int kExitOutcomeUnknown = 3;
 
-// The exit code of a failed command's Status (typed fields, never its text).
+// The phase of a command's Status that says "the command ran and what it
+// checked failed" (verify found problems, diff found differences, values
+// mismatch, a campaign found violations): exit 1 like damaged data.
+inline constexpr std::string_view kCheckFailedPhase = "check failed";
+inline Status CheckFailed(std::string what) {
+  return Status(Code::kAborted, std::move(what), -1, std::string(kCheckFailedPhase));
+}
+
+// The one mapping from a command's Status to the process exit code (main.cc;
+// typed fields, never its text): OK 0; kCorruption, the NaN/Inf guard's
+// refusal and CheckFailed 1; anything else 2.
 int ExitCodeOf(const Status& st);
 
 // What --direct-io / --buffered-io ask of the commands that read chunks (load,
@@ -46,7 +61,7 @@ struct InspectFlags {
   int64_t iteration = -1;
   bool json = false;
 };
-int RunInspect(const InspectFlags& f);  // cmd_inspect.cc
+Status RunInspect(const InspectFlags& f);  // cmd_inspect.cc
 
 struct VerifyFlags {
   std::string root;
@@ -54,7 +69,7 @@ struct VerifyFlags {
   bool json = false, all_iterations = false, all_problems = false;
   bool direct_io = false, buffered_io = false;  // --direct-io / --buffered-io (exclusive; else opts.direct_io)
 };
-int RunVerify(const VerifyFlags& f);  // cmd_verify.cc
+Status RunVerify(const VerifyFlags& f);  // cmd_verify.cc
 
 struct FingerprintFlags {
   std::string root;
@@ -62,28 +77,28 @@ struct FingerprintFlags {
   int64_t block_kb = 4096;
   bool per_tensor = false, json = false, no_verify = false;
 };
-int RunFingerprint(const FingerprintFlags& f);  // cmd_fingerprint.cc
+Status RunFingerprint(const FingerprintFlags& f);  // cmd_fingerprint.cc
 
 struct DiffFlags {
   std::string a, b;
   FingerprintOptions opts_a, opts_b;
   bool json = false;
 };
-int RunDiff(const DiffFlags& f);  // cmd_fingerprint.cc
+Status RunDiff(const DiffFlags& f);  // cmd_fingerprint.cc
 
 struct ReshardFlags {
   workload::GptReshardRequest req;
   int64_t chunk_kb = 4096;
   bool json = false;
 };
-int RunReshard(const ReshardFlags& f);  // cmd_reshard.cc
+Status RunReshard(const ReshardFlags& f);  // cmd_reshard.cc
 
 struct PlanFlags {
   workload::LoadPlanRequest req;
   int64_t chunk_kb = 4096;
   bool json = false;
 };
-int RunPlan(const PlanFlags& f);  // cmd_reshard.cc
+Status RunPlan(const PlanFlags& f);  // cmd_reshard.cc
 
 struct ConvertFlags {
   std::string src, dst, to, layout = "tp=1", compression = "none", negative_control;
@@ -91,11 +106,11 @@ struct ConvertFlags {
   double max_shard_mb = 5120;
   bool mcore = false, stack_layers = false, extra_state = false, keep_padding = false, json = false;
 };
-int RunConvert(const ConvertFlags& f);  // cmd_convert.cc
+Status RunConvert(const ConvertFlags& f);  // cmd_convert.cc
 
-int RunGpu(bool as_json);  // cmd_gpu.cc
+Status RunGpu(bool as_json);  // cmd_gpu.cc
 
 // Runs scripts/harness/scenario_runner.py with every argument after "scenario".
-int RunScenario(const std::vector<std::string>& args);  // cmd_scenario.cc
+Status RunScenario(const std::vector<std::string>& args);  // cmd_scenario.cc
 
 }  // namespace ckpt::cli

@@ -1,10 +1,13 @@
 // Command-line parsing of `ckpt`: each Register* adds one CLI11 subcommand
 // whose options fill a flags struct (cli/commands.h, cli/job_flags.h,
-// cli/job_commands.h) and whose callback sets the process exit code to what
-// the command's Run* returns. Only cli/flags_*.cc and main.cc include CLI11.
+// cli/job_commands.h) and whose callback stores the Status the command's Run*
+// returns in *outcome (main maps it to the exit code, ExitCodeOf). Only
+// cli/flags_*.cc and main.cc include CLI11.
 #pragma once
 
 #include <CLI/CLI.hpp>
+
+#include "ckpt/base/status.h"
 
 namespace ckpt::cli {
 
@@ -14,19 +17,17 @@ namespace ckpt::cli {
 CLI::Option* AddTimeoutMs(CLI::App* cmd, int64_t* timeout_ms, const std::string& what);
 
 // cli/flags_data.cc
-void RegisterInspect(CLI::App& app, int* exit_code);
-void RegisterVerify(CLI::App& app, int* exit_code);
-void RegisterSave(CLI::App& app, int* exit_code);
-void RegisterLoad(CLI::App& app, int* exit_code);
-void RegisterReshard(CLI::App& app, int* exit_code);
-void RegisterPlan(CLI::App& app, int* exit_code);
-void RegisterFingerprint(CLI::App& app, int* exit_code);
-void RegisterDiff(CLI::App& app, int* exit_code);
-void RegisterScenario(CLI::App& app, int* exit_code);
-void RegisterGpu(CLI::App& app, int* exit_code);
-void RegisterConvert(CLI::App& app, int* exit_code);
+void RegisterInspect(CLI::App& app, Status* outcome);
+void RegisterVerify(CLI::App& app, Status* outcome);
+void RegisterSave(CLI::App& app, Status* outcome);
+void RegisterLoad(CLI::App& app, Status* outcome);
+void RegisterReshard(CLI::App& app, Status* outcome);
+void RegisterPlan(CLI::App& app, Status* outcome);
+void RegisterFingerprint(CLI::App& app, Status* outcome);
+void RegisterDiff(CLI::App& app, Status* outcome);
+void RegisterConvert(CLI::App& app, Status* outcome);
 // cli/flags_jobs.cc
-void RegisterFaults(CLI::App& app, int* exit_code);
-void RegisterTrain(CLI::App& app, int* exit_code);
+void RegisterFaults(CLI::App& app, Status* outcome);
+void RegisterTrain(CLI::App& app, Status* outcome);
 
 }  // namespace ckpt::cli

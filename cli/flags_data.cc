@@ -1,10 +1,7 @@
-// Options of the checkpoint commands: inspect, verify, save, load, reshard,
-// plan, fingerprint, diff, scenario, gpu, convert (see cli/flags.h). Each
-// callback runs the command's Run* (cli/commands.h, cli/job_flags.h).
-#include <charconv>
+// Options of inspect, verify, save, load, reshard, plan, fingerprint, diff and convert (cli/flags.h;
+// scenario and gpu: main.cc). Each callback runs the command's Run* (cli/commands.h, cli/job_flags.h).
 #include <memory>
 
-#include "ckpt/base/timeout.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/job_flags.h"
@@ -43,29 +40,16 @@ void AddReadIoFlags(CLI::App* cmd, bool* direct_io, bool* buffered_io) {
 
 }  // namespace
 
-CLI::Option* AddTimeoutMs(CLI::App* cmd, int64_t* timeout_ms, const std::string& what) {
-  auto check = [](const std::string& text) -> std::string {
-    int64_t ms = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
-    if (ec != std::errc() || end != text.data() + text.size())
-      return "value " + text + ": not a whole number of milliseconds in " + TimeoutRangeText();
-    auto checked = CheckTimeoutMillis(ms, "value");  // CLI11 prefixes "--timeout-ms: "
-    return checked.ok() ? std::string() : checked.status().message();
-  };
-  return cmd->add_option("--timeout-ms", *timeout_ms, what + " (" + TimeoutRangeText() + ")")
-      ->check(CLI::Validator(check, "MS", "timeout"));
-}
-
-void RegisterInspect(CLI::App& app, int* exit_code) {
+void RegisterInspect(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("inspect", "Show the tensors, shapes, dtypes, sizes and layout of a checkpoint");
   auto f = std::make_shared<InspectFlags>();
   cmd->add_option("root", f->root, "checkpoint root directory")->required();
   cmd->add_option("--iter", f->iteration, kIterLatest);
   cmd->add_flag("--json", f->json, "machine-readable output");
-  cmd->callback([=]() { *exit_code = RunInspect(*f); });
+  cmd->callback([=]() { *outcome = RunInspect(*f); });
 }
 
-void RegisterVerify(CLI::App& app, int* exit_code) {
+void RegisterVerify(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("verify", "Re-read and re-hash every chunk of a checkpoint (exit 0 ok, 1 bad)");
   auto f = std::make_shared<VerifyFlags>();
   cmd->add_option("root", f->root, "checkpoint root directory")->required();
@@ -76,10 +60,10 @@ void RegisterVerify(CLI::App& app, int* exit_code) {
   cmd->add_flag("--all-problems", f->all_problems, "report every problem, not only the first");
   cmd->add_flag("--json", f->json, "machine-readable output");
   AddReadIoFlags(cmd, &f->direct_io, &f->buffered_io);
-  cmd->callback([=]() { *exit_code = RunVerify(*f); });
+  cmd->callback([=]() { *outcome = RunVerify(*f); });
 }
 
-void RegisterSave(CLI::App& app, int* exit_code) {
+void RegisterSave(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("save", "Save a GPT model state from a multi-rank job (run under mpirun)");
   auto f = std::make_shared<JobFlags>();
   AddCommon(cmd, f.get());
@@ -106,15 +90,14 @@ void RegisterSave(CLI::App& app, int* exit_code) {
   cmd->add_option("--optimizer", f->optimizer,
                   "distributed-optimizer state to save: none, model (model space: reshardable across "
                   "DP/TP/PP/EP/bucket size) or bucket (raw bucket slices: same layout only)");
-  cmd->callback([=]() { *exit_code = RunSave(*f); });
+  cmd->callback([=]() { *outcome = RunSave(*f); });
 }
 
-void RegisterLoad(CLI::App& app, int* exit_code) {
+void RegisterLoad(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("load", "Load a checkpoint into this job's layout and check every element");
   auto f = std::make_shared<JobFlags>();
   AddCommon(cmd, f.get());
-  cmd->add_option("--iter", f->iteration,
-                  "iteration (default: the latest, the newest committed one at or above the tracker's)");
+  cmd->add_option("--iter", f->iteration, kIterLatest);
   cmd->add_option("--model", f->model, "GPT preset[:k=v,...] or config JSON; ':k=v,...' adjusts the checkpoint's config (default: as saved)");
   cmd->add_flag("--fallback", f->fallback, "if the latest checkpoint is damaged, load the newest one that verifies");
   cmd->add_flag("--no-check", f->no_check, "skip the element check");
@@ -133,28 +116,26 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
   cmd->add_option("--share-transport", f->share_transport,
                   "read sharing: mpi (default) or nccl (the GPU path: chunk bytes over NCCL, one GPU per rank)");
   f->optimizer = "auto";
-  cmd->add_option("--optimizer", f->optimizer,
-                  "optimizer state to load: auto (as saved), none, model or bucket");
-  cmd->callback([=]() { *exit_code = RunLoad(*f); });
+  cmd->add_option("--optimizer", f->optimizer, "optimizer state to load: auto (as saved), none, model or bucket");
+  cmd->callback([=]() { *outcome = RunLoad(*f); });
 }
 
-void RegisterReshard(CLI::App& app, int* exit_code) {
+void RegisterReshard(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("reshard", "Rewrite a checkpoint under another layout (offline, committed atomically)");
   auto f = std::make_shared<ReshardFlags>();
   cmd->add_option("src", f->req.src, "source checkpoint root")->required();
   cmd->add_option("dst", f->req.dst, "destination checkpoint root")->required();
   cmd->add_option("--to", f->req.to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
-  cmd->add_option("--iter", f->req.iteration,
-                  "source iteration (default: the latest: the newest committed one at or above the tracker's)");
+  cmd->add_option("--iter", f->req.iteration, kIterLatest);
   cmd->add_option("--compress", f->req.compression, "none or zstd");
   cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
   cmd->add_option("--drop-object", f->req.drop_objects,
                   "leave out this per-rank object key (e.g. a (pp, tp)-grid RNG state under another TP); repeatable");
   cmd->add_flag("--json", f->json, "machine-readable output");
-  cmd->callback([=]() { *exit_code = RunReshard(*f); });
+  cmd->callback([=]() { *outcome = RunReshard(*f); });
 }
 
-void RegisterPlan(CLI::App& app, int* exit_code) {
+void RegisterPlan(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("plan", "Print the read plan of loading a checkpoint under another layout (no data read)");
   auto f = std::make_shared<PlanFlags>();
   cmd->add_option("root", f->req.root, "checkpoint root (or use --simulate)");
@@ -166,10 +147,10 @@ void RegisterPlan(CLI::App& app, int* exit_code) {
   cmd->add_option("--chunk-kb", f->chunk_kb, "with --simulate: chunk size of the simulated files");
   cmd->add_flag("--per-rank", f->req.per_rank, "one line (or JSON entry) per target rank");
   cmd->add_flag("--json", f->json, "machine-readable output");
-  cmd->callback([=]() { *exit_code = RunPlan(*f); });
+  cmd->callback([=]() { *outcome = RunPlan(*f); });
 }
 
-void RegisterFingerprint(CLI::App& app, int* exit_code) {
+void RegisterFingerprint(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("fingerprint", "Layout-invariant digest of a checkpoint's global state");
   auto f = std::make_shared<FingerprintFlags>();
   cmd->add_option("root", f->root, "checkpoint root directory")->required();
@@ -178,10 +159,10 @@ void RegisterFingerprint(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", f->json, "machine-readable output");
   cmd->add_flag("--no-verify", f->no_verify, "skip the chunk hash checks");
   cmd->add_option("--block-kb", f->block_kb, "rows read per block, in KiB");
-  cmd->callback([=]() { *exit_code = RunFingerprint(*f); });
+  cmd->callback([=]() { *outcome = RunFingerprint(*f); });
 }
 
-void RegisterDiff(CLI::App& app, int* exit_code) {
+void RegisterDiff(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("diff", "Which tensors of two checkpoints differ, and by how many ulps (exit 0 same, 1 differ)");
   auto f = std::make_shared<DiffFlags>();
   cmd->add_option("a", f->a, "first checkpoint root")->required();
@@ -189,34 +170,16 @@ void RegisterDiff(CLI::App& app, int* exit_code) {
   cmd->add_option("--iter-a", f->opts_a.iteration, "iteration of a (default: its tracker's)");
   cmd->add_option("--iter-b", f->opts_b.iteration, "iteration of b (default: its tracker's)");
   cmd->add_flag("--json", f->json, "machine-readable output");
-  cmd->callback([=]() { *exit_code = RunDiff(*f); });
+  cmd->callback([=]() { *outcome = RunDiff(*f); });
 }
 
-void RegisterScenario(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand(
-      "scenario",
-      "Level 8 question-bank scenarios (list | run IDS|--all [--reduced] [--out DIR] [--check-text]): measured "
-      "evidence with negative controls; runs scripts/harness/scenario_runner.py (--help there)");
-  cmd->prefix_command();  // every argument after "scenario" goes to the driver
-  cmd->set_help_flag();   // so does --help
-  cmd->callback([cmd, exit_code]() { *exit_code = RunScenario(cmd->remaining()); });
-}
-
-void RegisterGpu(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("gpu", "GPU path of this build: CUDA/NCCL versions and devices (exit 1: no usable GPU)");
-  auto as_json = std::make_shared<bool>(false);
-  cmd->add_flag("--json", *as_json, "print as JSON");
-  cmd->callback([=]() { *exit_code = RunGpu(*as_json); });
-}
-
-void RegisterConvert(CLI::App& app, int* exit_code) {
+void RegisterConvert(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand(
       "convert", "Convert between ckpt and HF safetensors (Llama) or one torch.save file (docs: README \"Convert\")");
   auto f = std::make_shared<ConvertFlags>();
   cmd->add_option("src", f->src, "source: a HF model directory (--to ckpt) or a checkpoint root")->required();
   cmd->add_option("dst", f->dst, "destination: checkpoint root, HF directory, or .pt file")->required();
-  cmd->add_option("--to", f->to, "ckpt (HF -> ckpt), hf (ckpt -> HF safetensors) or torch (ckpt -> torch.save)")
-      ->required();
+  cmd->add_option("--to", f->to, "ckpt (HF -> ckpt), hf (ckpt -> HF safetensors) or torch (ckpt -> torch.save)")->required();
   cmd->add_option("--layout", f->layout, "--to ckpt: target layout, e.g. tp=4,pp=2 or pp=4,vpp=2");
   cmd->add_option("--iter", f->iteration, "--to ckpt: iteration to write (0); else the one to read (latest)");
   cmd->add_flag("--mcore", f->mcore, "--to ckpt: Megatron-Core training's keys: --stack-layers --extra-state");
@@ -225,12 +188,12 @@ void RegisterConvert(CLI::App& app, int* exit_code) {
   cmd->add_option("--vocab-divisible-by", f->vocab_divisible_by, "--to ckpt: pad the vocab to a multiple of this x TP");
   cmd->add_option("--compress", f->compression, "--to ckpt: none or zstd");
   cmd->add_option("--chunk-kb", f->chunk_kb, "--to ckpt: target chunk size in KiB");
-  cmd->add_option("--max-shard-mb", f->max_shard_mb, "--to hf: largest safetensors file in MiB (default 5120; fractions allowed)");
+  cmd->add_option("--max-shard-mb", f->max_shard_mb, "--to hf: largest safetensors file in MiB (> 0, fractions allowed; default 5120)");
   cmd->add_flag("--keep-vocab-padding", f->keep_padding, "--to torch: keep the padded vocab rows");
   cmd->add_flag("--json", f->json, "machine-readable output");
   cmd->add_option("--negative-control", f->negative_control,
                   "tests only: a wrong mapping (naive-qkv, swap-gate-up) the oracle must catch")->group("");
-  cmd->callback([=]() { *exit_code = RunConvert(*f); });
+  cmd->callback([=]() { *outcome = RunConvert(*f); });
 }
 
 }  // namespace ckpt::cli

@@ -21,7 +21,7 @@ void AddJobFlags(CLI::App* cmd, FaultRunFlags* f) {
                   "the ckpt executable the jobs run (default: this one; e.g. an older build, to compare)");
 }
 
-void RegisterFaultChild(CLI::App* faults, int* exit_code) {
+void RegisterFaultChild(CLI::App* faults, Status* outcome) {
   auto* cmd = faults->add_subcommand("child", "One rank of a faulted save or load job (run under mpirun)");
   auto f = std::make_shared<FaultChildFlags>();
   cmd->add_option("--phase", f->phase, "save or load")->required()->check(CLI::IsMember({"save", "load"}));
@@ -39,10 +39,10 @@ void RegisterFaultChild(CLI::App* faults, int* exit_code) {
   cmd->add_option("--cases", f->cases, "save: run many fault cases in this job (JSON lines: root, result_dir, spec)");
   cmd->add_flag("--fallback", f->fallback, "load: fall back to the newest checkpoint that verifies");
   cmd->add_flag("--no-hash-check", f->no_hash_check, "load: skip chunk hashes (shows the value check alone)");
-  cmd->callback([=]() { *exit_code = RunFaultChild(*f); });
+  cmd->callback([=]() { *outcome = RunFaultChild(*f); });
 }
 
-void RegisterRun(CLI::App* faults, int* exit_code) {
+void RegisterRun(CLI::App* faults, Status* outcome) {
   auto* cmd = faults->add_subcommand("run", "Fault campaign: every boundary x rank x variant, recovered and checked");
   auto f = std::make_shared<FaultRunFlags>();
   AddJobFlags(cmd, f.get());
@@ -61,10 +61,10 @@ void RegisterRun(CLI::App* faults, int* exit_code) {
                                                      "only the element check stands between damage and 'new'");
   cmd->add_option("--expect", f->expect, "negative control: exit 0 only if each listed outcome (e.g. lost,torn) occurred");
   cmd->add_flag("--keep", f->keep, "keep every run directory");
-  cmd->callback([=]() { *exit_code = RunCampaignCmd(*f); });
+  cmd->callback([=]() { *outcome = RunCampaignCmd(*f); });
 }
 
-void RegisterDeadline(CLI::App* faults, int* exit_code) {
+void RegisterDeadline(CLI::App* faults, Status* outcome) {
   auto* cmd = faults->add_subcommand(
       "deadline", "Hung, killed and failing ranks: every survivor fails in time naming the rank, nothing committed");
   auto f = std::make_shared<FaultRunFlags>();
@@ -72,19 +72,19 @@ void RegisterDeadline(CLI::App* faults, int* exit_code) {
   AddJobFlags(cmd, f.get());
   cmd->add_option("--scenarios", f->scenarios,
                   "space-separated <save|load>:<hang|sigkill|eio>@<point>#<nth>:r<rank>=<phase>");
-  cmd->callback([=]() { *exit_code = RunDeadlineCmd(*f); });
+  cmd->callback([=]() { *outcome = RunDeadlineCmd(*f); });
 }
 
-void RegisterPowerLoss(CLI::App* faults, int* exit_code) {
+void RegisterPowerLoss(CLI::App* faults, Status* outcome) {
   auto* cmd = faults->add_subcommand("powerloss", "Apply a recorded power cut (journals of --power-dir) to the disk");
   auto f = std::make_shared<PowerLossFlags>();
   cmd->add_option("--dir", f->dir, "the jobs' --power-dir")->required();
   cmd->add_option("--mode", f->mode, "drop, prefix or torn");
   cmd->add_option("--seed", f->seed, "random choices of prefix/torn");
-  cmd->callback([=]() { *exit_code = RunPowerLoss(*f); });
+  cmd->callback([=]() { *outcome = RunPowerLoss(*f); });
 }
 
-void RegisterDamage(CLI::App* faults, int* exit_code) {
+void RegisterDamage(CLI::App* faults, Status* outcome) {
   auto* cmd = faults->add_subcommand("damage", "Damage a committed checkpoint: bit flip, truncate or delete a file");
   auto f = std::make_shared<DamageFlags>();
   cmd->add_option("--root", f->root, "checkpoint root")->required();
@@ -93,7 +93,7 @@ void RegisterDamage(CLI::App* faults, int* exit_code) {
   cmd->add_option("--kind", f->kind, "bitflip, truncate or delete")->check(CLI::IsMember({"bitflip", "truncate", "delete"}));
   cmd->add_option("--chunk", f->req.chunk, "first, mid or last chunk of the file")->check(CLI::IsMember({"first", "mid", "last"}));
   cmd->add_option("--seed", f->seed, "picks the byte and bit");
-  cmd->callback([=]() { *exit_code = RunDamage(*f); });
+  cmd->callback([=]() { *outcome = RunDamage(*f); });
 }
 
 // --seed, --global-batch, --micro-batch and the learning-rate schedule.
@@ -151,17 +151,17 @@ void AddDeveloperSwitches(CLI::App* cmd, TrainFlags* f) {
 
 }  // namespace
 
-void RegisterFaults(CLI::App& app, int* exit_code) {
+void RegisterFaults(CLI::App& app, Status* outcome) {
   auto* faults = app.add_subcommand("faults", "Fault injection: campaigns, hung ranks, power loss, damage");
   faults->require_subcommand(1);
-  RegisterFaultChild(faults, exit_code);
-  RegisterRun(faults, exit_code);
-  RegisterDeadline(faults, exit_code);
-  RegisterPowerLoss(faults, exit_code);
-  RegisterDamage(faults, exit_code);
+  RegisterFaultChild(faults, outcome);
+  RegisterRun(faults, outcome);
+  RegisterDeadline(faults, outcome);
+  RegisterPowerLoss(faults, outcome);
+  RegisterDamage(faults, outcome);
 }
 
-void RegisterTrain(CLI::App& app, int* exit_code) {
+void RegisterTrain(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("train", "Deterministic GPT training workload with checkpoint/resume (run under mpirun)");
   auto f = std::make_shared<TrainFlags>();
   cmd->add_option("--root", f->root, "checkpoint root directory")->required();
@@ -184,7 +184,7 @@ void RegisterTrain(CLI::App& app, int* exit_code) {
   cmd->add_option("--log-interval", f->log_interval, "print 'train: iteration N' every K iterations");
   cmd->add_flag("--json", f->json, "print the summary as JSON");
   AddDeveloperSwitches(cmd, f.get());
-  cmd->callback([=]() { *exit_code = RunTrain(*f); });
+  cmd->callback([=]() { *outcome = RunTrain(*f); });
 }
 
 }  // namespace ckpt::cli

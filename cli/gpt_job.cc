@@ -3,13 +3,7 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "cli/commands.h"
-
 namespace ckpt::cli {
-
-int AgreedLoadExitCode(Comm* comm, const Status& st, Millis timeout) {
-  return ExitCodeOf(workload::AgreedLoadFailure(comm, st, timeout));
-}
 
 void Print0(const GptJob& job, const char* fmt, ...) {
   if (job.rank() != 0) return;

@@ -1,6 +1,5 @@
 // The CLI side of a GPT job (the job itself is library code,
-// ckpt/workload/gpt_job.h): printing on rank 0 and the agreed exit code of a
-// failed load.
+// ckpt/workload/gpt_job.h): printing on rank 0.
 #pragma once
 
 #include "ckpt/workload/gpt_job.h"
@@ -8,6 +7,7 @@
 
 namespace ckpt::cli {
 
+using workload::AgreedLoadFailure;
 using workload::GptJob;
 using workload::LoadOptimizerSpec;
 using workload::MemoryProbe;
@@ -19,10 +19,6 @@ using workload::ResolveLoadIteration;
 using workload::ResolveModel;
 using workload::SaveOptimizerSpec;
 using workload::StartGptJob;
-
-// The exit code of a failed load, the same on every rank:
-// ExitCodeOf(workload::AgreedLoadFailure(...)).
-int AgreedLoadExitCode(Comm* comm, const Status& st, Millis timeout);
 
 // Prints on rank 0 only.
 void Print0(const GptJob& job, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,6 +1,6 @@
 // Entry points of `ckpt faults ...` and `ckpt train` (see cli/commands.h for
 // how commands and their parsing are split): the options as plain structs,
-// each Run* returns the process exit code.
+// each Run* returns the command's Status (main maps it to the exit code).
 #pragma once
 
 #include <cstdint>
@@ -28,29 +28,29 @@ struct FaultRunFlags {
   std::string expect;  // negative control: outcomes that must occur
   bool no_fsync = false, no_hash_check = false, keep = false, quiet = false;
 };
-int RunCampaignCmd(const FaultRunFlags& f);
-int RunDeadlineCmd(const FaultRunFlags& f);
+Status RunCampaignCmd(const FaultRunFlags& f);
+Status RunDeadlineCmd(const FaultRunFlags& f);
 
 // ckpt faults child (cmd_faults_child.cc): one rank of a faulted job; a failed
 // rank ends the process itself (without MPI_Finalize).
 struct FaultChildFlags : faults::ChildOptions {
   std::string phase;  // save | load
 };
-int RunFaultChild(const FaultChildFlags& f);
+Status RunFaultChild(const FaultChildFlags& f);
 
 // ckpt faults powerloss / damage (cmd_faults_disk.cc).
 struct PowerLossFlags {
   std::string dir, mode = "drop";
   int64_t seed = 1;
 };
-int RunPowerLoss(const PowerLossFlags& f);
+Status RunPowerLoss(const PowerLossFlags& f);
 
 struct DamageFlags {
   std::string root, kind = "bitflip";
   faults::DamageRequest req;  // file, chunk (kind and seed come from the fields here)
   int64_t iteration = -1, seed = 0;
 };
-int RunDamage(const DamageFlags& f);
+Status RunDamage(const DamageFlags& f);
 
 // ckpt train (cmd_train.cc).
 struct TrainFlags {
@@ -62,6 +62,6 @@ struct TrainFlags {
   bool resume = false, no_rng = false, no_iterator = false, kill_after_save = false, json = false,
        allow_older = false, exit_signal = false;
 };
-int RunTrain(TrainFlags& f);
+Status RunTrain(TrainFlags& f);
 
 }  // namespace ckpt::cli

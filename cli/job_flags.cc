@@ -8,13 +8,13 @@
 
 namespace ckpt::cli {
 
-int Fail(const char* cmd, int rank, const Status& st) {
+Status Fail(const char* cmd, int rank, const Status& st) {
   if (rank < 0)  // before the job knows its rank: say none rather than "rank -1"
     std::fprintf(stderr, "ckpt %s: %s\n", cmd, st.ToString().c_str());
   else
     std::fprintf(stderr, "ckpt %s: rank %d: %s\n", cmd, rank, st.ToString().c_str());
   if (st.code() == Code::kTimeout) NoteDeadlineFailed();  // a peer may hang: main ends the job
-  return ExitCodeOf(st);
+  return st;
 }
 
 // The communicator whose ranks share load reads (load_share.h): "dp" = ranks

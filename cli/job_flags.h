@@ -24,13 +24,13 @@ struct JobFlags {
        direct_io = false, buffered_io = false;  // --direct-io / --buffered-io (exclusive)
 };
 
-// The process exit code of the command on this rank.
-int RunSave(const JobFlags& f);
-int RunLoad(const JobFlags& f);
+// The command's outcome on this rank (main maps it to the exit code).
+Status RunSave(const JobFlags& f);
+Status RunLoad(const JobFlags& f);
 
 // Prints "ckpt <cmd>: rank <r>: <status>" ("ckpt <cmd>: <status>" for a
-// rank < 0: not known yet) and returns ExitCodeOf(st).
-int Fail(const char* cmd, int rank, const Status& st);
+// rank < 0: not known yet) and returns st.
+Status Fail(const char* cmd, int rank, const Status& st);
 
 // The communicator whose ranks share load reads (load_share.h): "dp" = ranks
 // with the same TP and PP coordinates, "job" = every rank, "none" = nullptr.

@@ -1,12 +1,18 @@
 // ckpt: sharded checkpoints for Megatron-style training jobs.
 //
-// main catches everything a command lets escape (std::exception - bad_alloc,
-// a JSON type error - or anything else) and exits kExitError with a message
-// naming the command, never an abort (exit 134).
+// Every command returns a Status (cli/commands.h); main maps it to the exit
+// code once (ExitCodeOf). main catches everything a command lets escape
+// (std::exception - bad_alloc, a JSON type error - or anything else) and
+// exits kExitError with a message naming the command, never an abort (exit 134).
+// The two commands without options of their own (scenario, gpu) are
+// registered here.
+#include <charconv>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 
+#include "ckpt/base/timeout.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "cli/commands.h"
@@ -20,25 +26,58 @@ int ExitCodeOf(const Status& st) {
   if (st.code() == Code::kCorruption) return kExitCheckFailed;  // damaged data
   if (st.code() == Code::kOutcomeUnknown) return kExitOutcomeUnknown;  // maybe committed: look first
   if (st.phase() == kNonFinitePhase) return kExitCheckFailed;    // the NaN/Inf guard refused the state
+  if (st.phase() == kCheckFailedPhase) return kExitCheckFailed;  // the command's check failed
   return kExitError;
+}
+
+// --timeout-ms of every command: a whole number of milliseconds in the range
+// CheckTimeoutMillis accepts (ckpt/base/timeout.h), refused with the range.
+CLI::Option* AddTimeoutMs(CLI::App* cmd, int64_t* timeout_ms, const std::string& what) {
+  auto check = [](const std::string& text) -> std::string {
+    int64_t ms = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
+    if (ec != std::errc() || end != text.data() + text.size())
+      return "value " + text + ": not a whole number of milliseconds in " + TimeoutRangeText();
+    auto checked = CheckTimeoutMillis(ms, "value");  // CLI11 prefixes "--timeout-ms: "
+    return checked.ok() ? std::string() : checked.status().message();
+  };
+  return cmd->add_option("--timeout-ms", *timeout_ms, what + " (" + TimeoutRangeText() + ")")
+      ->check(CLI::Validator(check, "MS", "timeout"));
 }
 
 namespace {
 
-void Register(CLI::App& app, int* exit_code) {
-  RegisterInspect(app, exit_code);
-  RegisterVerify(app, exit_code);
-  RegisterSave(app, exit_code);
-  RegisterLoad(app, exit_code);
-  RegisterFaults(app, exit_code);
-  RegisterReshard(app, exit_code);
-  RegisterPlan(app, exit_code);
-  RegisterTrain(app, exit_code);
-  RegisterFingerprint(app, exit_code);
-  RegisterDiff(app, exit_code);
-  RegisterScenario(app, exit_code);
-  RegisterGpu(app, exit_code);
-  RegisterConvert(app, exit_code);
+void RegisterScenario(CLI::App& app, Status* outcome) {
+  auto* cmd = app.add_subcommand(
+      "scenario",
+      "Level 8 question-bank scenarios (list | run IDS|--all [--reduced] [--out DIR] [--check-text]): measured "
+      "evidence with negative controls; runs scripts/harness/scenario_runner.py (--help there)");
+  cmd->prefix_command();  // every argument after "scenario" goes to the driver
+  cmd->set_help_flag();   // so does --help
+  cmd->callback([cmd, outcome]() { *outcome = RunScenario(cmd->remaining()); });
+}
+
+void RegisterGpu(CLI::App& app, Status* outcome) {
+  auto* cmd = app.add_subcommand("gpu", "GPU path of this build: CUDA/NCCL versions and devices (exit 1: no usable GPU)");
+  auto as_json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *as_json, "print as JSON");
+  cmd->callback([=]() { *outcome = RunGpu(*as_json); });
+}
+
+void Register(CLI::App& app, Status* outcome) {
+  RegisterInspect(app, outcome);
+  RegisterVerify(app, outcome);
+  RegisterSave(app, outcome);
+  RegisterLoad(app, outcome);
+  RegisterFaults(app, outcome);
+  RegisterReshard(app, outcome);
+  RegisterPlan(app, outcome);
+  RegisterTrain(app, outcome);
+  RegisterFingerprint(app, outcome);
+  RegisterDiff(app, outcome);
+  RegisterScenario(app, outcome);
+  RegisterGpu(app, outcome);
+  RegisterConvert(app, outcome);
 }
 
 std::string CommandName(const CLI::App& app, int argc, char** argv) {
@@ -56,11 +95,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "ckpt " CKPT_VERSION);
   // A collective that failed by its deadline ends the whole job (comm_mpi.h).
   ckpt::SetEndJobOnDeadline(true);
-  int exit_code = kExitOk;
+  ckpt::Status outcome;  // the command's (printed by the command itself)
   std::string why;
   try {
-    Register(app, &exit_code);
+    Register(app, &outcome);
     app.parse(argc, argv);
+    const int exit_code = ExitCodeOf(outcome);
     ckpt::EndJobIfHung(exit_code);  // MPI_Abort(exit_code) if a peer may hang; else returns
     return exit_code;
   } catch (const CLI::ParseError& e) {

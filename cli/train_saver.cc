@@ -16,7 +16,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-
 // memcpy of the state's tensor bytes into one buffer: `cold` the first copy
 // into freshly allocated, untouched memory (as the first snapshot, which
 // allocates its buffers), `warm` the median of 5 copies into the same buffer
@@ -140,17 +139,15 @@ std::string TrainSaver::Retain(const SaveStats& st) {
   if (!st.warning.ok()) return "train: retention skipped after iteration " + it + ": " + st.warning.ToString() + "\n";
   auto r = ApplyRetention(DefaultEnv(), base_.root, st.iteration, flags_.retention);
   if (!r.ok()) return "train: retention after iteration " + it + " failed: " + r.status().ToString() + "\n";
-  std::string line = "train: retention after iteration " + it + ": deleted [";
-  for (size_t i = 0; i < r->deleted.size(); ++i) line += (i ? "," : "") + std::to_string(r->deleted[i]);
-  line += "]";
-  if (!r->unlinked.empty()) {  // say so: these were links, their targets are untouched
-    line += " (links removed, targets kept: [";
-    for (size_t i = 0; i < r->unlinked.size(); ++i) line += (i ? "," : "") + std::to_string(r->unlinked[i]);
-    line += "])";
-  }
-  line += ", kept [";
-  for (size_t i = 0; i < r->kept.size(); ++i) line += (i ? "," : "") + std::to_string(r->kept[i]);
-  return line + "]\n";
+  auto list = [](const auto& its) {
+    std::string out;
+    for (size_t i = 0; i < its.size(); ++i) out += (i ? "," : "") + std::to_string(its[i]);
+    return "[" + out + "]";
+  };
+  std::string line = "train: retention after iteration " + it + ": deleted " + list(r->deleted);
+  if (!r->unlinked.empty())  // say so: these were links, their targets are untouched
+    line += " (links removed, targets kept: " + list(r->unlinked) + ")";
+  return line + ", kept " + list(r->kept) + "\n";
 }
 
 Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, workload::TrainWorkload& w) {

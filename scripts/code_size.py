@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Size rules of DEVELOPERS.md: no file under cli/ over 200 lines, no function
-over 60 lines outside tests. Prints the offenders; exit 1 if there are any
-(--report: always exit 0).
+"""Size rules (docs/DESIGN.md "Size rules"): no file under cli/ over 200 lines,
+no function over 60 lines outside tests. Prints the offenders; exit 1 if there
+are any (--report: always exit 0). ctest runs it on the tree (code_size) and
+--self-test on a made-up tree that breaks both rules (code_size_self_test).
 
 Functions are found by brace matching on comment- and string-stripped C/C++:
 a '{' whose preceding declaration text has a parameter list and is not a
@@ -11,6 +12,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 
 SRC_DIRS = ["ckpt", "reshard", "faults", "cli", "bench", "examples"]
 EXTS = (".cc", ".h", ".c", ".cpp", ".hpp")
@@ -89,14 +91,8 @@ def functions(path):
     return found
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
-    ap.add_argument("--max-function", type=int, default=60)
-    ap.add_argument("--max-cli-file", type=int, default=200)
-    ap.add_argument("--report", action="store_true", help="list only, exit 0")
-    a = ap.parse_args()
-    root = os.path.abspath(a.root)
+def offenders(root, max_function, max_cli_file):
+    """([(lines, cli file)], [(lines, where, function)]) over the rules' limits."""
     bad_files, bad_fns = [], []
     for d in SRC_DIRS:
         for dirpath, _, names in os.walk(os.path.join(root, d)):
@@ -106,11 +102,42 @@ def main():
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, root)
                 lines = sum(1 for _ in open(path, encoding="utf-8", errors="replace"))
-                if rel.startswith("cli/") and lines > a.max_cli_file:
+                if rel.startswith("cli/") and lines > max_cli_file:
                     bad_files.append((lines, rel))
                 for fn, first, n in functions(path):
-                    if n > a.max_function:
+                    if n > max_function:
                         bad_fns.append((n, f"{rel}:{first}", fn))
+    return bad_files, bad_fns
+
+
+def self_test():
+    """A tree with a 201-line cli/ file and a 61-line function (and files just
+    within the limits) must be flagged exactly there."""
+    with tempfile.TemporaryDirectory() as root:
+        os.makedirs(os.path.join(root, "cli"))
+        os.makedirs(os.path.join(root, "ckpt"))
+        body = lambda n: "int f(int a) {\n" + "  a += 1;\n" * (n - 2) + "  return a; }\n"
+        open(os.path.join(root, "cli", "big.cc"), "w").write("// x\n" * 201)
+        open(os.path.join(root, "cli", "ok.cc"), "w").write("// x\n" * 200)
+        open(os.path.join(root, "ckpt", "long.cc"), "w").write(body(61).replace("f(", "too_long("))
+        open(os.path.join(root, "ckpt", "fits.cc"), "w").write(body(60))
+        files, fns = offenders(root, 60, 200)
+    ok = files == [(201, "cli/big.cc")] and [(n, fn) for n, _, fn in fns] == [(61, "too_long")]
+    print(f"self-test: {'ok' if ok else 'FAILED'}: files {files}, functions {fns}")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
+    ap.add_argument("--max-function", type=int, default=60)
+    ap.add_argument("--max-cli-file", type=int, default=200)
+    ap.add_argument("--report", action="store_true", help="list only, exit 0")
+    ap.add_argument("--self-test", action="store_true", help="check the checker on a made-up tree")
+    a = ap.parse_args()
+    if a.self_test:
+        return self_test()
+    bad_files, bad_fns = offenders(os.path.abspath(a.root), a.max_function, a.max_cli_file)
     print(f"files under cli/ over {a.max_cli_file} lines: {len(bad_files)}")
     for n, rel in sorted(bad_files, reverse=True):
         print(f"  {n:5d}  {rel}")

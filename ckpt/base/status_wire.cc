@@ -67,4 +67,19 @@ Result<std::string> DecodeOutcome(std::string_view wire) {
   return st;
 }
 
+Result<std::vector<std::string>> DecodeOutcomes(const std::vector<std::string>& wires, std::string_view phase) {
+  std::vector<std::string> payloads;
+  payloads.reserve(wires.size());
+  for (size_t r = 0; r < wires.size(); ++r) {
+    Result<std::string> o = DecodeOutcome(wires[r]);
+    if (o.ok()) {
+      payloads.push_back(std::move(o).value());
+      continue;
+    }
+    const Status st = o.status().At(int(r), phase);
+    return Status(st.code(), "rank " + std::to_string(r) + ": " + st.message(), st.origin_rank(), st.phase());
+  }
+  return payloads;
+}
+
 }  // namespace ckpt

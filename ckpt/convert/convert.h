@@ -28,7 +28,9 @@
 // Errors name the file and tensor: kNotFound (missing file or tensor),
 // kInvalidArgument (config/shape/architecture), kUnimplemented (dtype or
 // model kind), kCorruption (malformed safetensors, damaged checkpoint). A
-// failed conversion leaves no partial output visible (tmp dirs/files removed).
+// failed conversion leaves no partial output visible (tmp dirs/files removed)
+// and nothing it created: the files it wrote and the directories it created
+// (the destination itself when it did not exist) are removed again.
 // Thread-compatible: one conversion per call, no shared state.
 #pragma once
 
@@ -81,8 +83,8 @@ struct HfExportOptions {
   std::string root;
   int64_t iteration = -1;  // -1: latest
   std::string out_dir;
-  int64_t max_shard_bytes = int64_t(5) << 30;  // transformers' default max_shard_size "5GB"-ish
-  int64_t block_bytes = int64_t(16) << 20;
+  int64_t max_shard_bytes = int64_t(5) << 30;  // transformers' default max_shard_size "5GB"-ish; > 0
+  int64_t block_bytes = int64_t(16) << 20;      // > 0 (kInvalidArgument otherwise)
   double rms_norm_eps = 1e-5;    // when the checkpoint records no hf_config
   double rope_theta = 10000.0;
   Env* env = nullptr;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "ckpt/base/created_dirs.h"
 #include "ckpt/convert/checkpoint_rows.h"
 #include "ckpt/convert/convert.h"
 #include "ckpt/convert/hf_llama.h"
@@ -92,17 +93,18 @@ Status WriteConfig(Env* env, const HfExportOptions& o, const Manifest& m, const 
   return WriteFileAtomic(env, JoinPath(o.out_dir, "config.json"), config.dump(2) + "\n");
 }
 
-}  // namespace
-
-Result<ConvertStats> ExportHfLlama(const HfExportOptions& o) {
+// The export into o.out_dir; the directories it creates are noted in `made`,
+// the files it has written (created or replaced, complete) in `written` - a
+// file it failed to write left nothing (the writers remove their tmp files).
+Result<ConvertStats> ExportInto(const HfExportOptions& o, Env* env, CreatedDirs* made,
+                                std::vector<std::string>* written) {
   const auto t0 = std::chrono::steady_clock::now();
-  Env* env = o.env ? o.env : DefaultEnv();
   CKPT_ASSIGN_OR_RETURN(auto src, CheckpointRows::Open(env, o.root, o.iteration));
   const Manifest& m = src->manifest();
   CKPT_ASSIGN_OR_RETURN(reshard::GptConfig g, SavedGpt(m, o.root));
   const std::vector<TensorLink> links = LlamaLinks(g);
   CKPT_RETURN_IF_ERROR(CheckSources(*src, links, g));
-  CKPT_RETURN_IF_ERROR(CreateDirs(env, o.out_dir));
+  CKPT_RETURN_IF_ERROR(made->Create(o.out_dir));
   const auto files = PlanFiles(links, g.dtype, o.max_shard_bytes);
   ConvertStats stats;
   std::map<std::string, std::string> weight_map;
@@ -123,16 +125,37 @@ Result<ConvertStats> ExportHfLlama(const HfExportOptions& o) {
       stats.model_bytes += int64_t(w->tensors()[i].bytes());
     }
     CKPT_RETURN_IF_ERROR(w->Finish());
+    written->push_back(JoinPath(o.out_dir, name));
   }
-  if (files.size() > 1)
-    CKPT_RETURN_IF_ERROR(WriteSafetensorsIndex(env, JoinPath(o.out_dir, kSafetensorsIndexName), weight_map,
-                                               uint64_t(stats.model_bytes)));
+  if (files.size() > 1) {
+    const std::string index = JoinPath(o.out_dir, kSafetensorsIndexName);
+    CKPT_RETURN_IF_ERROR(WriteSafetensorsIndex(env, index, weight_map, uint64_t(stats.model_bytes)));
+    written->push_back(index);
+  }
   CKPT_RETURN_IF_ERROR(WriteConfig(env, o, m, g));
+  written->push_back(JoinPath(o.out_dir, "config.json"));
   CKPT_RETURN_IF_ERROR(env->SyncDir(o.out_dir));
   stats.tensors = int64_t(links.size());
   stats.files = int(files.size());
   stats.bytes_read = src->bytes_read();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace
+
+Result<ConvertStats> ExportHfLlama(const HfExportOptions& o) {
+  if (o.max_shard_bytes <= 0 || o.block_bytes <= 0)
+    return Status::InvalidArgument("HF export: max_shard_bytes (" + Str(o.max_shard_bytes) + ") and block_bytes (" +
+                                   Str(o.block_bytes) + ") must be > 0");
+  Env* env = o.env ? o.env : DefaultEnv();
+  CreatedDirs made(env);
+  std::vector<std::string> written;
+  auto stats = ExportInto(o, env, &made, &written);
+  if (!stats.ok()) {  // leave nothing of a failed export: the files it wrote, the directories it created
+    for (const std::string& path : written) env->RemoveFile(path).IgnoreError();
+    made.RemoveIfEmpty();
+  }
   return stats;
 }
 

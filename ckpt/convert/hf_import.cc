@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "ckpt/base/created_dirs.h"
 #include "ckpt/convert/convert.h"
 #include "ckpt/convert/hf_llama.h"
 #include "ckpt/convert/safetensors.h"
@@ -166,13 +167,19 @@ Result<ConvertStats> ImportHfLlama(const HfImportOptions& o) {
   ConvertStats stats;
   stats.tensors = int64_t(links.size());
   stats.model_bytes = int64_t(dir->total_bytes());
+  CreatedDirs made(env);  // a failed import leaves no root it created
+  CKPT_RETURN_IF_ERROR(made.Create(o.root));
   std::unique_ptr<DirLock> lease;  // held until the commit or the abandon
-  CKPT_ASSIGN_OR_RETURN(std::string tmp, PrepareSaveDir(env, o.root, o.iteration, nullptr, &lease,
-                                                        /*allow_older=*/true));  // an explicit target iteration
+  std::string tmp;
   auto abandon = [&](const Status& st) {
-    RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
+    if (!tmp.empty()) RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
+    lease.reset();
+    made.RemoveIfEmpty();
     return st;
   };
+  auto prepared = PrepareSaveDir(env, o.root, o.iteration, nullptr, &lease, /*allow_older=*/true);  // explicit iteration
+  if (!prepared.ok()) return abandon(prepared.status());
+  tmp = *prepared;
   std::vector<Manifest> parts;
   for (int r = 0; r < o.layout.world_size(); ++r) {
     auto part = WriteRank(o, env, tmp, r, m.gpt, by_key, *dir, &stats);

@@ -32,6 +32,22 @@ Status CheckArchitecture(const json& c, const std::string& path) {
                                  " (model_type \"llama\": RMSNorm, RoPE, GQA, SwiGLU, no biases)");
 }
 
+// RoPE scaling (Llama 3.1's "llama3", "linear", "dynamic", "yarn", ...)
+// changes the positions the model computes. ckpt's GPT config has no field for
+// it and Megatron's plain RoPE ignores it, so converting would silently give
+// another model: refused, naming it. Absent, null or type "default" is plain RoPE.
+Status CheckRopeScaling(const json& c, const std::string& path) {
+  if (!c.contains("rope_scaling") || c["rope_scaling"].is_null()) return Status::Ok();
+  const json& rs = c["rope_scaling"];
+  std::string type;
+  for (const char* field : {"rope_type", "type"})
+    if (type.empty() && rs.is_object() && rs.contains(field) && rs[field].is_string()) type = rs[field].get<std::string>();
+  if (type == "default") return Status::Ok();
+  return Status::InvalidArgument("config.json '" + path + "': rope_scaling " + rs.dump() +
+                                 " is not supported: ckpt converts plain RoPE only (rope_theta), so the converted "
+                                 "model would compute other positions; convert a model without rope_scaling");
+}
+
 Status CheckFunctionFields(const json& c, const std::string& path) {
   const std::string act = c.value("hidden_act", std::string("silu"));
   if (act != "silu")
@@ -39,7 +55,7 @@ Status CheckFunctionFields(const json& c, const std::string& path) {
   for (const char* bias : {"attention_bias", "mlp_bias"})
     if (c.value(bias, false))
       return Status::InvalidArgument("config.json '" + path + "': " + bias + "=true is not supported (Llama without biases only)");
-  return Status::Ok();
+  return CheckRopeScaling(c, path);
 }
 
 Result<DType> ConfigDtype(const json& c, const std::string& path, DType hint) {

@@ -8,8 +8,10 @@
 // vocab_size, tie_word_embeddings (LlamaConfig's default false), rms_norm_eps,
 // rope_theta, head_dim (default hidden_size / num_attention_heads),
 // torch_dtype (or transformers' newer "dtype"), attention_bias, mlp_bias,
-// hidden_act. rope_scaling and the rest do not change the weights' layout and
-// are kept as they are (HfModel::config) for the way back.
+// hidden_act. A rope_scaling other than null / "default" is refused
+// (kInvalidArgument): Megatron's GPT config here has no RoPE scaling, so the
+// converted model would compute other positions. The rest do not change the
+// weights' layout and are kept as they are (HfModel::config) for the way back.
 //
 // The mapping (Megatron-LM tools/checkpoint, Megatron-Bridge's LlamaBridge):
 //  - model.embed_tokens.weight -> embedding.word_embeddings.weight (vocab rows

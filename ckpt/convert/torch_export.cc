@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 
+#include "ckpt/base/created_dirs.h"
 #include "ckpt/convert/checkpoint_rows.h"
 #include "ckpt/convert/convert.h"
 #include "ckpt/convert/torch_save.h"
@@ -52,13 +53,12 @@ Status AddObjects(CheckpointRows& src, TorchSaveWriter& w, ConvertStats* stats) 
   return Status::Ok();
 }
 
-}  // namespace
-
-Result<ConvertStats> ExportTorch(const TorchExportOptions& o) {
+// The export into o.out_path; the directories it creates are noted in `made`
+// (a failed TorchSaveWriter removes its own tmp file).
+Result<ConvertStats> ExportInto(const TorchExportOptions& o, Env* env, CreatedDirs* made) {
   const auto t0 = std::chrono::steady_clock::now();
-  Env* env = o.env ? o.env : DefaultEnv();
   CKPT_ASSIGN_OR_RETURN(auto src, CheckpointRows::Open(env, o.root, o.iteration));
-  CKPT_RETURN_IF_ERROR(CreateDirs(env, DirName(o.out_path)));
+  CKPT_RETURN_IF_ERROR(made->Create(DirName(o.out_path)));
   CKPT_ASSIGN_OR_RETURN(auto w, TorchSaveWriter::Create(env, o.out_path));
   ConvertStats stats;
   struct Planned {
@@ -101,6 +101,16 @@ Result<ConvertStats> ExportTorch(const TorchExportOptions& o) {
   stats.model_bytes = stats.bytes_written;
   stats.bytes_read = src->bytes_read();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace
+
+Result<ConvertStats> ExportTorch(const TorchExportOptions& o) {
+  Env* env = o.env ? o.env : DefaultEnv();
+  CreatedDirs made(env);
+  auto stats = ExportInto(o, env, &made);
+  if (!stats.ok()) made.RemoveIfEmpty();  // a failed export leaves no directory it created
   return stats;
 }
 

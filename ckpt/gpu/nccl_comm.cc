@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "ckpt/base/status_wire.h"
 #include "ckpt/gpu/cuda_util.h"
 #include "ckpt/gpu/gpu.h"
 
@@ -202,18 +203,26 @@ Result<std::unique_ptr<Comm>> MakeNcclComm(std::unique_ptr<MpiComm> control, Mil
   const std::string who = "rank " + std::to_string(me) + ": NCCL data plane";
   // Every rank checks its device first and reports: one rank without a device
   // fails them all at once instead of leaving the others in ncclCommInitRank.
-  std::string mine;
+  // On the typed status wire (status_wire.h): rank 0's outcome carries the
+  // unique id, the others' an empty payload, a failure its typed Status.
   ncclUniqueId id{};
   Result<int> device = SelectDevice(who);
   Status ready = device.status();
   if (ready.ok() && me == 0) ready = NcclStatus(ncclGetUniqueId(&id), who + ": ncclGetUniqueId");
-  mine = ready.ok() ? "ok" + std::string(reinterpret_cast<const char*>(&id), sizeof id) : "error" + ready.ToString();
+  const std::string mine =
+      !ready.ok() ? EncodeFailure(ready.At(me, "nccl_init"))
+                  : EncodeOutcome(me == 0 ? std::string_view(reinterpret_cast<const char*>(&id), sizeof id) : "");
   CKPT_ASSIGN_OR_RETURN(auto all, control->AllGather(mine, timeout, "nccl_init"));
-  if (!ready.ok()) return Status::FailedPrecondition(ready.message());
-  for (int r = 0; r < int(all.size()); ++r)
-    if (all[r].rfind("ok", 0) != 0)
-      return Status::FailedPrecondition(who + ": rank " + std::to_string(r) + " failed: " + all[r].substr(5));
-  std::memcpy(&id, all[0].data() + 2, sizeof id);
+  if (!ready.ok()) return Status(Code::kFailedPrecondition, ready.message(), me, "nccl_init");
+  auto payloads = DecodeOutcomes(all, "nccl_init");
+  if (!payloads.ok()) {
+    const Status& st = payloads.status();
+    return Status(Code::kFailedPrecondition, who + ": " + st.message(), st.origin_rank(), st.phase());
+  }
+  if ((*payloads)[0].size() != sizeof id)
+    return Status::Internal(who + ": rank 0 sent a NCCL unique id of " + std::to_string((*payloads)[0].size()) +
+                            " bytes, not " + std::to_string(sizeof id));
+  std::memcpy(&id, (*payloads)[0].data(), sizeof id);
 
   cudaStream_t stream = nullptr;
   CKPT_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), who + ": cudaStreamCreate"));

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "ckpt/base/created_dirs.h"
 #include "ckpt/protocol/commit.h"
 
 namespace ckpt {
@@ -68,13 +69,19 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   CKPT_ASSIGN_OR_RETURN(Manifest src, ReadManifest(env, opts.src_root, opts.src_iteration));
   stats.src_iteration = src.iteration;
   const int64_t dst_iter = opts.dst_iteration >= 0 ? opts.dst_iteration : src.iteration;
+  CreatedDirs made(env);  // a refused reshard leaves no destination it created
+  CKPT_RETURN_IF_ERROR(made.Create(opts.dst_root));
   std::unique_ptr<DirLock> lease;  // held until the commit or the abandon
-  CKPT_ASSIGN_OR_RETURN(std::string tmp, PrepareSaveDir(env, opts.dst_root, dst_iter, nullptr, &lease,
-                                                        /*allow_older=*/true));  // an explicit target iteration
+  std::string tmp;
   auto abandon = [&](const Status& st) {
-    RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
+    if (!tmp.empty()) RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
+    lease.reset();
+    made.RemoveIfEmpty();
     return st;
   };
+  auto prepared = PrepareSaveDir(env, opts.dst_root, dst_iter, nullptr, &lease, /*allow_older=*/true);  // explicit iteration
+  if (!prepared.ok()) return abandon(prepared.status());
+  tmp = *prepared;
   // Nothing may be dropped silently: tensors the target layout does not
   // request make the reshard fail; single-cell (layout-free) objects the
   // factory does not request are carried over by target rank 0.

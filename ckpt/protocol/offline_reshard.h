@@ -4,7 +4,9 @@
 // the caller's factory, fills it with LoadCheckpoint (the same planned,
 // hash-checked reads as an online load), writes the rank's main replicas into
 // its shard file, frees the state and moves on. The result is committed with
-// the normal protocol (commit.h), so a crash leaves no visible partial output.
+// the normal protocol (commit.h), so a crash leaves no visible partial output;
+// a failed or refused reshard also removes the destination directories it
+// created (created_dirs.h), so it leaves no empty destination behind.
 //
 // Nothing is dropped silently: a source tensor no target rank requests, or a
 // per-rank object, fails the reshard (kFailedPrecondition naming them);

@@ -9,7 +9,8 @@
 // exact in any order.
 // CommCollectives reduces over ckpt::Comm endpoints (e.g. ThreadComm in unit
 // tests) by all-gather and a sum in group-rank order: deterministic for a given
-// group size, and also order-dependent across sizes.
+// group size, and also order-dependent across sizes. Each reduction waits at
+// most the job's timeout (kTimeout naming the missing rank).
 // LocalCollectives: groups of size one (no-op), refuses anything larger.
 //
 // The DP group is the ranks with the same tp, cp and pp coordinates (CP ranks
@@ -68,10 +69,11 @@ class MpiCollectives final : public Collectives {
   std::unique_ptr<MpiComm> tp_, dp_;
 };
 
-// Over caller-owned endpoints of the rank's TP and DP groups (nullptr: size 1).
+// Over caller-owned endpoints of the rank's TP and DP groups (nullptr: size 1);
+// `timeout`: the job's deadline of one reduction.
 class CommCollectives final : public Collectives {
  public:
-  CommCollectives(Comm* tp, Comm* dp) : tp_(tp), dp_(dp) {}
+  CommCollectives(Comm* tp, Comm* dp, Millis timeout) : tp_(tp), dp_(dp), timeout_(timeout) {}
   int dp_size() const override { return dp_ ? dp_->size() : 1; }
   int tp_size() const override { return tp_ ? tp_->size() : 1; }
   Status SumOverDp(std::span<uint64_t> data) override;
@@ -81,6 +83,7 @@ class CommCollectives final : public Collectives {
  private:
   Comm* tp_;
   Comm* dp_;
+  Millis timeout_;
 };
 
 }  // namespace ckpt::workload

@@ -177,13 +177,11 @@ Status PrecheckBucketLayout(GptJob& job, const std::string& root, int64_t iterat
     }
   }
   if (st.ok()) st = job.optimizer->CheckBucketLayout(found);
+  // Every rank gets the first failing rank's explanation ("rank <r>: ...").
   const std::string mine =
-      st.ok() ? EncodeOutcome("")
-              : EncodeFailure(Status(Code::kFailedPrecondition, st.message() + " [found on rank " +
-                                         std::to_string(job.rank()) + "]", job.rank(), "bucket layout"));
-  CKPT_ASSIGN_OR_RETURN(auto all, job.comm->AllGather(mine, Millis(60000), "report"));
-  for (const auto& a : all) CKPT_RETURN_IF_ERROR(DecodeOutcome(a).status());
-  return Status::Ok();
+      st.ok() ? EncodeOutcome("") : EncodeFailure(Status(Code::kFailedPrecondition, st.message(), job.rank(), "bucket layout"));
+  CKPT_ASSIGN_OR_RETURN(auto all, job.comm->AllGather(mine, job.timeout, "report"));
+  return DecodeOutcomes(all, "bucket layout").status();
 }
 
 int64_t ResolveLoadIteration(const std::string& root, int64_t iteration) {

@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "ckpt/base/status_wire.h"
 #include "ckpt/workload/rank_report.h"
 #include "ckpt/workload/train_keys.h"
 #include "ckpt/workload/train_workload.h"
@@ -58,14 +59,9 @@ std::vector<std::string> MissingState(const Manifest& m, const ShardedStateDict&
 
 Status AgreeOnStatus(Comm* comm, const Status& mine, Millis timeout, std::string_view phase) {
   if (!comm || comm->size() == 1) return mine;
-  const std::string msg = mine.ok() ? "" : std::to_string(int(mine.code())) + ":" + mine.message();
+  const std::string msg = mine.ok() ? EncodeOutcome("") : EncodeFailure(mine.At(comm->rank(), phase));
   CKPT_ASSIGN_OR_RETURN(auto all, comm->AllGather(msg, timeout, phase));
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r].empty()) continue;
-    const size_t colon = all[r].find(':');
-    return Status(Code(std::stoi(all[r].substr(0, colon))), "rank " + std::to_string(r) + ": " + all[r].substr(colon + 1));
-  }
-  return Status::Ok();
+  return DecodeOutcomes(all, phase).status();
 }
 
 Status TrainWorkload::Resume(const std::string& root, int64_t iteration, Comm* comm, const ResumeParts& parts,

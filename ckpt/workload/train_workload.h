@@ -159,7 +159,9 @@ class TrainWorkload {
 std::vector<std::string> MissingState(const Manifest& m, const ShardedStateDict& request);
 
 // Every rank passes its status; every rank gets OK, or the first failing
-// rank's status prefixed with "rank <r>: " (collective over `comm`).
+// rank's status prefixed with "rank <r>: " (collective over `comm`, within
+// `timeout`). On the typed wire (status_wire.h): code, origin and phase
+// survive, and a garbled message is kInternal naming its rank.
 Status AgreeOnStatus(Comm* comm, const Status& mine, Millis timeout, std::string_view phase);
 
 }  // namespace ckpt::workload

@@ -24,7 +24,7 @@ from ._errors import (AbortedError, AlreadyExistsError, CkptError, CkptIOError, 
                       NoSpaceError, NotFoundError, OutcomeUnknownError, UnimplementedError)
 from ._convert import convert
 from ._api import FallbackWarning
-from ._read import fingerprint, inspect, read_tensor, verify
+from ._read import Fingerprint, fingerprint, inspect, read_tensor, verify
 from ._tensors import bf16_to_float32, float32_to_bf16
 from ._manager import CheckpointManager, apply_retention, latest, list_iterations
 try:  # the torch bridge needs torch; numpy-only use goes without it
@@ -35,7 +35,7 @@ except ModuleNotFoundError as _e:
         raise
 
 __all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "reserve_async_save", "AsyncSaveHandle", "MpiComm",
-           "TorchComm", "inspect", "verify", "fingerprint", "read_tensor", "bf16_to_float32", "float32_to_bf16",
+           "TorchComm", "inspect", "verify", "fingerprint", "Fingerprint", "read_tensor", "bf16_to_float32", "float32_to_bf16",
            "CkptError", "CkptTimeoutError", "NotFoundError", "CorruptionError", "AbortedError",
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",
            "NoSpaceError", "UnimplementedError", "InternalError", "OutcomeUnknownError"]

@@ -13,7 +13,7 @@ def convert(src, dst, to, layout="tp=1", iteration=None, stack_layers=False, ext
                 ("tp=4,pp=2", "pp=4,vpp=2", ...), vocab padded for that TP.
     to="hf":    src a ckpt GPT checkpoint root (any layout), dst a directory of
                 safetensors files + config.json (+ index when sharded at
-                max_shard_bytes; 0: the library default).
+                max_shard_bytes; 0: the library default; < 0 is refused).
     to="torch": src a checkpoint root, dst one torch.save file (MCore key names)
                 that torch.load opens without ckpt.
     Raises ckpt.CkptError naming the file and tensor; nothing partial is left."""

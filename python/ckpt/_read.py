@@ -29,9 +29,51 @@ def verify(root, iteration=None):
     return _ckpt.verify(str(root), _iter(iteration))
 
 
+class Fingerprint:
+    """The layout-invariant digest of a checkpoint's global state (ckpt.fingerprint).
+
+    Compares (==, hash) by value - the digest and the per-tensor and per-object
+    digests - so two checkpoints of the same state compare equal whatever their
+    layout, chunking, compression, chunk hash or iteration. Fields: digest (hex
+    str), tensors {key: digest}, objects {key: digest or None (layout-bound,
+    left out)}, iteration (the one read). The run's timings are apart, in
+    .stats {"bytes_hashed", "seconds"}, and never compared. fp["digest"] (any
+    field, or "bytes_hashed" / "seconds") still reads them by name."""
+
+    __slots__ = ("digest", "tensors", "objects", "iteration", "stats")
+
+    def __init__(self, d):
+        self.digest = d["digest"]
+        self.tensors = dict(d["tensors"])
+        self.objects = dict(d["objects"])
+        self.iteration = d["iteration"]
+        self.stats = {"bytes_hashed": d["bytes_hashed"], "seconds": d["seconds"]}
+
+    def _value(self):
+        return self.digest, tuple(sorted(self.tensors.items())), tuple(sorted(self.objects.items()))
+
+    def __eq__(self, other):
+        return self._value() == other._value() if isinstance(other, Fingerprint) else NotImplemented
+
+    def __hash__(self):
+        return hash(self._value())
+
+    def __getitem__(self, name):
+        if name in self.stats:
+            return self.stats[name]
+        if name in self.__slots__ and name != "stats":
+            return getattr(self, name)
+        raise KeyError(name)
+
+    def __repr__(self):
+        return f"Fingerprint(digest={self.digest!r}, iteration={self.iteration}, tensors={len(self.tensors)}, " \
+               f"objects={len(self.objects)})"
+
+
 def fingerprint(root, iteration=None):
-    """The layout-invariant digest of the global state (same as `ckpt fingerprint`)."""
-    return _ckpt.fingerprint(str(root), _iter(iteration))
+    """The layout-invariant digest of the global state (same as `ckpt fingerprint`),
+    as a Fingerprint: compares by value; timings apart in .stats."""
+    return Fingerprint(_ckpt.fingerprint(str(root), _iter(iteration)))
 
 
 def read_tensor(root, key, iteration=None, offset=None, shape=None, numpy=False):

@@ -28,11 +28,27 @@ int RankOf(const std::shared_ptr<CommHandle>& h) { return h && h->get() ? h->get
 // timeout=<seconds> of the Python API: the check --timeout-ms uses (timeout.h);
 // inf, NaN, 0 and more than 7 days raise InvalidArgumentError saying the range.
 Millis MillisOf(double seconds, const char* op) { return Value(CheckTimeoutSeconds(seconds, "timeout"), -1, op); }
+int WorldOf(const std::shared_ptr<CommHandle>& h) { return h && h->get() ? h->get()->size() : 1; }
+
+// The manifest's "layout" of a Python-API save: the caller's layout= object
+// plus "world", the size of the comm the save runs over. TP/PP/DP are not
+// inferred: generic descriptors do not say which parallel group shards them
+// (docs/FORMAT.md); a caller that knows them passes layout={"tp": ..., ...}.
+nlohmann::json LayoutOf(const std::string& layout, int world, int rank, const std::string& op) {
+  nlohmann::json j = nlohmann::json::parse(layout);
+  if (!j.is_object()) Check(Status::InvalidArgument("layout must be a dict, not " + j.dump()), rank, op);
+  if (!j.contains("world")) j["world"] = world;
+  if (j["world"] != world)
+    Check(Status::InvalidArgument("layout " + j.dump() + " names world " + j["world"].dump() + ", but the comm has " +
+                                  std::to_string(world) + " rank(s)"),
+          rank, op);
+  return j;
+}
 
 SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::string& compress, double timeout_s,
                      const std::string& metadata, const std::string& layout, int64_t chunk_bytes,
                      bool allow_older, const std::string& chunk_hash, int direct_io, int rank,
-                     const std::string& op) {
+                     const std::string& op, int world) {
   SaveOptions o;
   if (direct_io >= 0) o.write.direct_io = direct_io != 0;  // -1: CKPT_DIRECT_IO decides (on unless 0)
   o.write.hash = Value(ParseChunkHash(chunk_hash), rank, op);
@@ -43,7 +59,7 @@ SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::stri
   o.write.codec.compression = Value(ParseCompression(compress), rank, op);
   if (chunk_bytes > 0) o.write.chunk_bytes = chunk_bytes;
   o.metadata = nlohmann::json::parse(metadata);
-  o.layout = nlohmann::json::parse(layout);
+  o.layout = LayoutOf(layout, world, rank, op);
   return o;
 }
 
@@ -53,7 +69,7 @@ pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::st
                const std::string& chunk_hash, int direct_io) {
   ShardedStateDict sd = StateOf(tensors, objects, RankOf(comm), "save");
   SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older,
-                           chunk_hash, direct_io, RankOf(comm), "save");
+                           chunk_hash, direct_io, RankOf(comm), "save", WorldOf(comm));
   o.comm = CommOf(comm);
   Result<SaveStats> r = Status::Internal("not run");
   {
@@ -104,7 +120,7 @@ class PyAsyncSaver {
                   int direct_io) {
     ShardedStateDict sd = StateOf(tensors, objects, rank(), "async_save");
     SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older,
-                             chunk_hash, direct_io, rank(), "async_save");
+                             chunk_hash, direct_io, rank(), "async_save", WorldOf(comm_));
     Result<AsyncStartStats> r = Status::Internal("not run");
     {
       pyb::gil_scoped_release nogil;

@@ -48,7 +48,7 @@ pyb::dict CkptToHf(const std::string& root, const std::string& out_dir, int64_t 
   o.root = root;
   o.out_dir = out_dir;
   o.iteration = iteration;
-  if (max_shard_bytes > 0) o.max_shard_bytes = max_shard_bytes;
+  if (max_shard_bytes != 0) o.max_shard_bytes = max_shard_bytes;  // 0: the default; < 0 is refused
   return Run([&] { return convert::ExportHfLlama(o); });
 }
 

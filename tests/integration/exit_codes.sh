@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Exit codes agree across commands for the same cause (README "Exit codes"):
 # damaged data (one flipped bit) exits 1 from verify, load (1 and 2 ranks),
-# load --fallback when no older iteration loads, diff and fingerprint; bad
-# input and operational errors exit 2; success 0. The same for an XXH3-128
+# load --fallback when no older iteration loads, diff, fingerprint, convert
+# --to hf|torch and inspect; bad input and operational errors exit 2; success
+# 0; a failed convert or a refused reshard leaves nothing it created. The same for an XXH3-128
 # checkpoint; an unknown chunk hash exits 2.
 set -uo pipefail
 ckpt=$1 scratch=$2
@@ -57,6 +58,46 @@ expect 2 "load (bad --optimizer)" "$ckpt" load --layout tp=1 --root "$good" --op
 expect 2 "save (bad --model)" "$ckpt" save --layout tp=1 --root "$scratch/x" --iter 1 --model nosuchmodel
 expect 2 "unknown option" "$ckpt" verify "$good" --no-such-flag
 expect 2 "no subcommand" "$ckpt"
+
+# convert, inspect and reshard: damaged data exits 1 as from verify and load
+# (convert --to hf/torch reading a flipped bit, inspect of a flipped bit in the
+# manifest); bad input exits 2 (--max-shard-mb 0 or -1, rope_scaling in an HF
+# config.json); a failed convert or a refused reshard leaves nothing it created.
+gone() {  # gone <what> <path>: the failed command left no <path>
+  if [[ -e $2 ]]; then echo "FAILED: $1 left $2: $(ls -A "$2" | head -3)"; failed=1; else echo "ok: $1 left no $2"; fi
+}
+expect 1 "convert --to hf (flipped bit)" "$ckpt" convert "$bad" "$scratch/new_hf/model" --to hf
+gone "convert --to hf (flipped bit)" "$scratch/new_hf"
+expect 1 "convert --to torch (flipped bit)" "$ckpt" convert "$bad" "$scratch/new_pt/model.pt" --to torch
+gone "convert --to torch (flipped bit)" "$scratch/new_pt"
+mkdir -p "$scratch/mine" && echo keep >"$scratch/mine/notes.txt"
+expect 1 "convert --to hf into a directory holding a file (flipped bit)" "$ckpt" convert "$bad" "$scratch/mine" --to hf
+if [[ $(ls -A "$scratch/mine") == notes.txt ]]; then echo "ok: the existing directory and its file stay, nothing added"
+else echo "FAILED: $scratch/mine holds: $(ls -A "$scratch/mine")"; failed=1; fi
+expect 2 "convert --to hf --max-shard-mb 0" "$ckpt" convert "$good" "$scratch/new_hf0" --to hf --max-shard-mb 0
+expect 2 "convert --to hf --max-shard-mb -1" "$ckpt" convert "$good" "$scratch/new_hf0" --to hf --max-shard-mb=-1
+gone "convert --max-shard-mb 0 / -1" "$scratch/new_hf0"
+expect 2 "reshard refused (tp=3 does not divide 8 query groups)" "$ckpt" reshard "$good" "$scratch/new_rs/a" --to tp=3
+gone "a refused reshard" "$scratch/new_rs"
+expect 0 "convert --to hf (clean)" "$ckpt" convert "$good" "$scratch/hf" --to hf
+rope() {  # rope <json>: the HF export with config.json["rope_scaling"] = <json>, in $scratch/hf_rope
+  rm -rf "$scratch/hf_rope" && cp -r "$scratch/hf" "$scratch/hf_rope" &&
+    python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["rope_scaling"]=json.loads(sys.argv[2]); json.dump(c, open(p, "w"))' \
+      "$scratch/hf_rope/config.json" "$1"
+}
+rope '{"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}'
+expect 2 "convert --to ckpt (rope_scaling llama3)" "$ckpt" convert "$scratch/hf_rope" "$scratch/new_rope/r" --to ckpt
+grep -q "rope_scaling" "$scratch/out" || { echo "FAILED: the refusal does not name rope_scaling"; failed=1; }
+gone "a refused HF import" "$scratch/new_rope"
+rope '{"rope_type": "default"}'
+expect 0 "convert --to ckpt (rope_scaling default: plain RoPE)" "$ckpt" convert "$scratch/hf_rope" "$scratch/rope_ok" --to ckpt
+mf=$scratch/mf
+save "$mf" 10 || { echo "FAILED: save"; exit 1; }
+"$ckpt" faults damage --root "$mf" --iter 10 --file manifest --kind bitflip >/dev/null || { echo "FAILED: damage"; exit 1; }
+expect 1 "inspect (flipped bit in the manifest)" "$ckpt" inspect "$mf"
+expect 1 "verify (flipped bit in the manifest)" "$ckpt" verify "$mf"
+expect 2 "inspect (no checkpoint)" "$ckpt" inspect "$missing"
+expect 2 "convert --to hf (no checkpoint)" "$ckpt" convert "$missing" "$scratch/new_hf2" --to hf
 
 # The chunk hash (docs/FORMAT.md): an XXH3-128 checkpoint verifies, loads,
 # fingerprints and diffs like the SHA-256 one of the same state; damage in it is

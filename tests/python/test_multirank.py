@@ -83,7 +83,7 @@ def test_tp4_save_loads_at_tp2_and_tp1(launcher, workdir):
     assert all(r["tp1_elements"] == 128 + 96 + 12 + 5 for r in res)
     assert ckpt.verify(workdir)["ok"]
     m = ckpt.inspect(workdir)
-    assert m["layout"] == {"tp": 4} and m["metadata"] == {"note": "tp4"}
+    assert m["layout"] == {"tp": 4, "world": 4} and m["metadata"] == {"note": "tp4"}  # world: the comm's size
     assert m["tensors"]["fc1"]["shards"] == 4 and m["tensors"]["norm"]["shards"] == 1
     assert m["objects"]["rng"]["cells"] == 4
 

@@ -248,6 +248,42 @@ def test_read_helpers_and_bf16_numpy_interop(root):
         ckpt.read_tensor(root, "nope")
 
 
+def test_fingerprint_compares_by_value_with_timings_apart(root):
+    src = pattern((300, 40), torch.float32)
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", src)}
+    ckpt.save(sd, root, 1, chunk_bytes=4096)
+    ckpt.save(sd, root, 2, chunk_bytes=8192, compress="zstd")  # same state, other chunks
+    ckpt.save({"w": ckpt.ShardedTensor.from_rank_offsets("w", src + 1)}, root, 3)
+    a, b, c = ckpt.fingerprint(root, 1), ckpt.fingerprint(root, 2), ckpt.fingerprint(root, 3)
+    assert isinstance(a, ckpt.Fingerprint) and a == b and hash(a) == hash(b) and a != c and len({a, b, c}) == 2
+    assert a == ckpt.fingerprint(root, 1)  # the same checkpoint twice (timings differ)
+    assert a.iteration == 1 and b.iteration == 2 and set(a.stats) == {"bytes_hashed", "seconds"}
+    assert a.stats["bytes_hashed"] == src.numel() * 4 and a["digest"] == a.digest and a["seconds"] >= 0
+    assert a.tensors == b.tensors and a.tensors != c.tensors and a != a.digest
+
+
+def test_manifest_layout_records_the_world_of_the_comm(root):
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.ones(4))}
+    ckpt.save(sd, root, 1)
+    ckpt.save(sd, root, 2, layout={"tp": 1, "note": "mine"})
+    ckpt.async_save(sd, root, 3).wait(timeout=60)
+    assert ckpt.inspect(root, 1)["layout"] == {"world": 1}
+    assert ckpt.inspect(root, 2)["layout"] == {"tp": 1, "note": "mine", "world": 1}
+    assert ckpt.inspect(root, 3)["layout"] == {"world": 1}
+    with pytest.raises(ckpt.InvalidArgumentError, match="world 4, but the comm has 1 rank"):
+        ckpt.save(sd, root, 4, layout={"world": 4})
+    with pytest.raises(ckpt.InvalidArgumentError, match="layout must be a dict"):
+        ckpt.save(sd, root, 4, layout=[1, 2])
+
+
+def test_convert_refuses_a_negative_shard_size_and_leaves_nothing(tmp_path):
+    with pytest.raises(ckpt.InvalidArgumentError, match="max_shard_bytes"):
+        ckpt.convert(tmp_path / "none", tmp_path / "hf", to="hf", max_shard_bytes=-1)
+    with pytest.raises(ckpt.NotFoundError):
+        ckpt.convert(tmp_path / "none", tmp_path / "out" / "hf", to="hf")
+    assert not (tmp_path / "hf").exists() and not (tmp_path / "out").exists()
+
+
 def test_errors_carry_code_rank_phase(tmp_path):
     with pytest.raises(ckpt.NotFoundError) as e:
         ckpt.load({"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.zeros(2))}, str(tmp_path / "none"))

@@ -14,10 +14,12 @@
 #include <fstream>
 #include <random>
 
+#include "ckpt/base/created_dirs.h"
 #include "ckpt/convert/checkpoint_rows.h"
 #include "ckpt/convert/safetensors.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/fingerprint.h"
+#include "faults/damage.h"
 #include "support/test_util.h"
 
 namespace ckpt::convert {
@@ -250,6 +252,68 @@ TEST(ConvertTest, TorchExportIsAZipTorchLoads) {
   f.read(magic, 4);
   EXPECT_EQ(std::string(magic, 4), std::string("PK\x03\x04", 4));
   EXPECT_EQ(s->tensors, 9);  // embedding, six stacked layer keys, final norm, output layer
+}
+
+TEST(ConvertTest, RopeScalingIsRefusedNamingIt) {
+  json llama31 = TinyLlama();
+  llama31["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"original_max_position_embeddings", 8192}};
+  auto m = ParseHfLlamaConfig(llama31, "cfg", DType::kBFloat16);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("rope_scaling {"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("llama3"), std::string::npos) << m.status().ToString();
+  json linear = TinyLlama();
+  linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // transformers' older field name
+  EXPECT_EQ(ParseHfLlamaConfig(linear, "cfg", DType::kBFloat16).status().code(), Code::kInvalidArgument);
+  json odd = TinyLlama();
+  odd["rope_scaling"] = 2.0;
+  EXPECT_EQ(ParseHfLlamaConfig(odd, "cfg", DType::kBFloat16).status().code(), Code::kInvalidArgument);
+  for (json plain : {json(nullptr), json{{"rope_type", "default"}}, json{{"type", "default"}}}) {
+    json c = TinyLlama();
+    c["rope_scaling"] = plain;
+    EXPECT_TRUE(ParseHfLlamaConfig(c, "cfg", DType::kBFloat16).ok()) << plain.dump();
+  }
+}
+
+TEST(CreatedDirsTest, RemovesOnlyWhatItCreatedWhileEmpty) {
+  const std::string base = testing::ScratchDir("created_dirs");
+  CreatedDirs made(DefaultEnv());
+  ASSERT_TRUE(made.Create(base + "/a/b/c/").ok());
+  EXPECT_EQ(made.dirs(), (std::vector<std::string>{base + "/a", base + "/a/b", base + "/a/b/c"}));
+  made.RemoveIfEmpty();
+  EXPECT_FALSE(std::filesystem::exists(base + "/a"));
+  EXPECT_TRUE(std::filesystem::exists(base));  // it existed before
+  ASSERT_TRUE(made.Create(base + "/x/y").ok());
+  std::ofstream(base + "/x/keep") << "someone else's";
+  made.RemoveIfEmpty();  // y is empty and goes; x holds a file it did not write and stays
+  EXPECT_FALSE(std::filesystem::exists(base + "/x/y"));
+  EXPECT_TRUE(std::filesystem::exists(base + "/x/keep"));
+}
+
+// A damaged checkpoint fails the exports with kCorruption, and they leave
+// nothing they created: no destination directory, no file in one that existed.
+TEST(ConvertTest, FailedExportsLeaveNothingTheyCreated) {
+  const std::string hf = testing::ScratchDir("cv_fail_hf"), root = testing::ScratchDir("cv_fail_ckpt"),
+                    out = testing::ScratchDir("cv_fail_out");
+  WriteHf(hf, TinyLlama());
+  ASSERT_TRUE(Import(hf, root, "tp=1").ok());
+  auto d = faults::ApplyDamage(DefaultEnv(), root, -1, {faults::Action::kBitFlip, "rank_00000.h5", "first", 1});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto hf_out = Export(root, out + "/new/hf", 40000);  // several files: some are complete before the damage
+  EXPECT_EQ(hf_out.status().code(), Code::kCorruption) << hf_out.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(out + "/new"));
+  std::ofstream(out + "/notes.txt") << "mine";
+  hf_out = Export(root, out, 40000);
+  EXPECT_EQ(hf_out.status().code(), Code::kCorruption) << hf_out.status().ToString();
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(out), {}), 1);  // notes.txt alone
+  TorchExportOptions o;
+  o.root = root;
+  o.out_path = out + "/new/model.pt";
+  EXPECT_EQ(ExportTorch(o).status().code(), Code::kCorruption);
+  EXPECT_FALSE(std::filesystem::exists(out + "/new"));
+  EXPECT_EQ(Export(root, out + "/zero", 0).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(Export(root, out + "/zero", -1).status().code(), Code::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(out + "/zero"));
 }
 
 }  // namespace

@@ -86,6 +86,28 @@ TEST(StatusWireTest, OutcomesCarryPayloadOrTypedFailure) {
   EXPECT_EQ(DecodeOutcome(EncodeFailure(Status::Ok())).status().code(), Code::kInternal);
 }
 
+TEST(StatusWireTest, OutcomesOfEveryRankGiveThePayloadsOrTheFirstFailure) {
+  auto all = DecodeOutcomes({EncodeOutcome("a"), EncodeOutcome(""), EncodeOutcome("c")}, "p");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, (std::vector<std::string>{"a", "", "c"}));
+  // The lowest failing rank wins; its code and origin survive, the rank is named.
+  auto failed = DecodeOutcomes({EncodeOutcome("a"), EncodeFailure(Status::Corruption("bad chunk")),
+                                EncodeFailure(Status(Code::kIOError, "eio", 0, "write"))},
+                               "p");
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), Code::kCorruption);
+  EXPECT_EQ(failed.status().message(), "rank 1: bad chunk");
+  EXPECT_EQ(failed.status().origin_rank(), 1);
+  EXPECT_EQ(failed.status().phase(), "p");
+  auto relayed = DecodeOutcomes({EncodeFailure(Status(Code::kTimeout, "late", 3, "vote"))}, "p");
+  EXPECT_EQ(relayed.status().origin_rank(), 3);  // an origin already recorded is kept
+  EXPECT_EQ(relayed.status().phase(), "vote");
+  // Garbled bytes (the old "<code>:<msg>" text) are kInternal naming the rank, never OK or a throw.
+  auto garbled = DecodeOutcomes({EncodeOutcome(""), "x:boom"}, "p");
+  EXPECT_EQ(garbled.status().code(), Code::kInternal);
+  EXPECT_EQ(garbled.status().message().rfind("rank 1: malformed outcome", 0), 0u) << garbled.status().ToString();
+}
+
 TEST(DTypeTest, NamesRoundTrip) {
   for (DType t : kAllDTypes) {
     auto parsed = ParseDType(DTypeName(t));

@@ -163,7 +163,7 @@ TEST(TrainLoopTest, ThreadRanksTrainAndCheckpointTogether) {
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
       ranks[r]->Initialize();
-      CommCollectives coll(nullptr, dp[r].get());
+      CommCollectives coll(nullptr, dp[r].get(), Millis(60000));
       SyncSaver saver(world[r].get(), root);
       res[r] = RunTrainLoop(*ranks[r], coll, saver, {.steps = 4, .save_every = 2}, nullptr);
     });

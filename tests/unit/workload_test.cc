@@ -3,11 +3,14 @@
 // (threads as ranks), TP dependence of tp-reduce, and strict, bitwise resume.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
 #include <thread>
 
+#include "ckpt/base/status_wire.h"
+#include "ckpt/workload/collectives.h"
 #include "ckpt/workload/philox.h"
 #include "ckpt/workload/train_keys.h"
 #include "ckpt/workload/train_workload.h"
@@ -183,7 +186,7 @@ struct Job {
       auto w = TrainWorkload::Create(cfg, gpt, pc, *CoordsOf(pc, r));
       EXPECT_TRUE(w.ok()) << w.status().ToString();
       ranks.push_back(std::move(w).value());
-      coll.push_back(std::make_unique<CommCollectives>(tp[size_t(r)], dp[size_t(r)]));
+      coll.push_back(std::make_unique<CommCollectives>(tp[size_t(r)], dp[size_t(r)], Millis(60000)));
     }
   }
 
@@ -356,6 +359,66 @@ TEST_F(ResumeTest, NonFiniteStateIsNotCommitted) {
   EXPECT_EQ(*ReadTracker(DefaultEnv(), root_), 1);
   EXPECT_TRUE(Save(*job, ResumeParts{}, NonFinitePolicy::kWarn).ok());
   EXPECT_EQ(*ReadTracker(DefaultEnv(), root_), 2);
+}
+
+// Resume's agreement between ranks is on the typed status wire: the code and
+// origin survive, and a garbled peer message is kInternal naming the rank on
+// every rank (the old "<code>:<msg>" decoding threw from std::stoi).
+TEST(AgreeOnStatusTest, TypedAndGarbleProof) {
+  auto comms = MakeThreadComms(3);
+  std::vector<Status> got(3);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r)
+    ts.emplace_back([&, r] {
+      const Status mine = r == 2 ? Status::Corruption("bad progress") : Status::Ok();
+      got[r] = AgreeOnStatus(comms[r].get(), mine, Millis(5000), "resume-apply");
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(got[r].code(), Code::kCorruption) << got[r].ToString();
+    EXPECT_EQ(got[r].message(), "rank 2: bad progress");
+    EXPECT_EQ(got[r].origin_rank(), 2);
+    EXPECT_EQ(got[r].phase(), "resume-apply");
+  }
+  ts.clear();
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        if (r == 1) {  // a garbled peer
+          got[r] = comms[r]->AllGather("x:garbled", Millis(5000), "resume-apply").status();
+        } else {
+          got[r] = AgreeOnStatus(comms[r].get(), Status::Ok(), Millis(5000), "resume-apply");
+        }
+      } catch (const std::exception& e) {
+        got[r] = Status::Aborted(std::string("threw: ") + e.what());
+      }
+    });
+  comms[2]->AllGather(EncodeOutcome(""), Millis(5000), "resume-apply").status().IgnoreError();
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(got[0].code(), Code::kInternal) << got[0].ToString();
+  EXPECT_EQ(got[0].message().rfind("rank 1: malformed outcome", 0), 0u) << got[0].ToString();
+}
+
+// CommCollectives waits the job's timeout, not a fixed 10 minutes: a peer that
+// comes 1.5 s late is a Timeout after 0.3 s.
+TEST(CommCollectivesTest, ReductionsUseTheJobsTimeout) {
+  auto dp = MakeThreadComms(2);
+  Status st0, st1;
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    CommCollectives c(nullptr, dp[1].get(), Millis(300));
+    std::vector<float> v{2.0f};
+    st1 = c.SumOverDp(std::span<float>(v));
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CommCollectives c(nullptr, dp[0].get(), Millis(300));
+  std::vector<float> v{1.0f};
+  st0 = c.SumOverDp(std::span<float>(v));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  late.join();
+  EXPECT_EQ(st0.code(), Code::kTimeout) << st0.ToString();
+  EXPECT_LT(waited, 1.4);
+  EXPECT_FALSE(st1.ok());
 }
 
 }  // namespace
