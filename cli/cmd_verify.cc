@@ -7,6 +7,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/verify.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 
 namespace ckpt::cli {
 namespace {
@@ -17,7 +18,10 @@ int VerifyOne(const VerifyFlags& f, int64_t iteration, nlohmann::json* out) {
   o.iteration = iteration;
   o.stop_at_first = !f.all_problems;
   o.direct_io = ReadModeOf(f.direct_io, f.buffered_io, o.direct_io);
-  auto r = VerifyCheckpoint(DefaultEnv(), f.root, o);
+  CliProgress progress("verify", f.json, f.no_progress, 0, DefaultEnv(), /*count_writes=*/false, ".h5");
+  progress.SetTotalsFromManifest(f.root, iteration);
+  auto r = VerifyCheckpoint(progress.env(), f.root, o);
+  progress.Finish();
   if (!r.ok()) {
     out->push_back({{"ok", false}, {"iteration", iteration}, {"error", r.status().ToString()}});
     std::fprintf(stderr, "ckpt verify: %s\n", r.status().ToString().c_str());

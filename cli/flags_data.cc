@@ -15,6 +15,13 @@ namespace {
 constexpr const char* kIterLatest =
     "iteration (default: the latest: the newest committed one at or above the tracker's)";
 
+// --no-progress of the long commands (cli/progress.h: a line on a terminal,
+// JSON lines on stderr with --json).
+void AddProgressFlag(CLI::App* cmd, bool* off) {
+  cmd->add_flag("--no-progress", *off,
+                "no progress on stderr (default: one updating line when stderr is a terminal; JSON lines with --json)");
+}
+
 // --root, --layout, --timeout-ms, --json, --bucket-elems, and the hidden
 // developer switch --naive-fc1 of save and load.
 void AddCommon(CLI::App* cmd, JobFlags* f) {
@@ -26,6 +33,7 @@ void AddCommon(CLI::App* cmd, JobFlags* f) {
                 "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")
       ->group("");
   cmd->add_flag("--json", f->json, "print the summary as JSON");
+  AddProgressFlag(cmd, &f->no_progress);
   cmd->add_option("--bucket-elems", f->bucket_elems,
                   "DDP bucket size in elements for the optimizer layout (0: one bucket per buffer)");
 }
@@ -75,6 +83,7 @@ void RegisterVerify(CLI::App& app, int* exit_code) {
   cmd->add_flag("--all", f->all_iterations, "verify every iteration under the root (exit 1 if any is bad)");
   cmd->add_flag("--all-problems", f->all_problems, "report every problem, not only the first");
   cmd->add_flag("--json", f->json, "machine-readable output");
+  AddProgressFlag(cmd, &f->no_progress);
   AddReadIoFlags(cmd, &f->direct_io, &f->buffered_io);
   cmd->callback([=]() { *exit_code = RunVerify(*f); });
 }
@@ -151,6 +160,7 @@ void RegisterReshard(CLI::App& app, int* exit_code) {
   cmd->add_option("--drop-object", f->req.drop_objects,
                   "leave out this per-rank object key (e.g. a (pp, tp)-grid RNG state under another TP); repeatable");
   cmd->add_flag("--json", f->json, "machine-readable output");
+  AddProgressFlag(cmd, &f->no_progress);
   cmd->callback([=]() { *exit_code = RunReshard(*f); });
 }
 
@@ -176,6 +186,7 @@ void RegisterFingerprint(CLI::App& app, int* exit_code) {
   cmd->add_option("--iter", f->opts.iteration, kIterLatest);
   cmd->add_flag("--per-tensor", f->per_tensor, "list every tensor's and object's digest");
   cmd->add_flag("--json", f->json, "machine-readable output");
+  AddProgressFlag(cmd, &f->no_progress);
   cmd->add_flag("--no-verify", f->no_verify, "skip the chunk hash checks");
   cmd->add_option("--block-kb", f->block_kb, "rows read per block, in KiB");
   cmd->callback([=]() { *exit_code = RunFingerprint(*f); });
@@ -228,6 +239,7 @@ void RegisterConvert(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-shard-mb", f->max_shard_mb, "--to hf: largest safetensors file in MiB (default 5120; fractions allowed)");
   cmd->add_flag("--keep-vocab-padding", f->keep_padding, "--to torch: keep the padded vocab rows");
   cmd->add_flag("--json", f->json, "machine-readable output");
+  AddProgressFlag(cmd, &f->no_progress);
   cmd->add_option("--negative-control", f->negative_control,
                   "tests only: a wrong mapping (naive-qkv, swap-gate-up) the oracle must catch")->group("");
   cmd->callback([=]() { *exit_code = RunConvert(*f); });

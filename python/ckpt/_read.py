@@ -19,16 +19,18 @@ def inspect(root, iteration=None):
     return m
 
 
-def verify(root, iteration=None):
+def verify(root, iteration=None, progress=None):
     """Re-reads and re-hashes every byte: a dict with ok, issues (list of str), counts, and
     direct_read_bytes / files_cached (chunks are read as loads read them: O_DIRECT unless a file
-    is mostly in the page cache; CKPT_DIRECT_IO=1/0 forces either)."""
-    return _ckpt.verify(str(root), _iter(iteration))
+    is mostly in the page cache; CKPT_DIRECT_IO=1/0 forces either). progress: a callable, as for
+    ckpt.save (bytes read)."""
+    return _ckpt.verify(str(root), _iter(iteration), progress)
 
 
-def fingerprint(root, iteration=None):
-    """The layout-invariant digest of the global state (same as `ckpt fingerprint`)."""
-    return _ckpt.fingerprint(str(root), _iter(iteration))
+def fingerprint(root, iteration=None, progress=None):
+    """The layout-invariant digest of the global state (same as `ckpt fingerprint`).
+    progress: a callable, as for ckpt.save (bytes read)."""
+    return _ckpt.fingerprint(str(root), _iter(iteration), progress)
 
 
 def read_tensor(root, key, iteration=None, offset=None, shape=None, numpy=False):
