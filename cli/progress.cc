@@ -62,6 +62,7 @@ CliProgress::CliProgress(std::string op, bool json, bool off, int rank, Env* tar
   if (json) sink_ = std::make_unique<JsonLinesSink>();
   else if (isatty(STDERR_FILENO)) sink_ = std::make_unique<TerminalSink>();
   else return;  // piped: quiet
+  progress_.SetPhase(count_writes ? "write" : "read");  // what the byte counts measure
   meter_ = std::make_unique<MeterEnv>(target, &progress_, !count_writes, count_writes, std::move(file_suffix));
   reporter_ = std::make_unique<ProgressReporter>(&progress_, sink_.get(), ProgressIntervalFromEnvironment());
 }

@@ -48,6 +48,7 @@ PyProgress::PyProgress(const pyb::object& callback, std::string op, Env* target,
   if (callback.is_none()) return;
   if (!PyCallable_Check(callback.ptr())) throw pyb::type_error("ckpt: progress must be a callable or None");
   sink_ = std::make_unique<CallbackSink>(callback);
+  progress_.SetPhase(count_writes ? "write" : "read");  // what the byte counts measure
   meter_ = std::make_unique<MeterEnv>(target, &progress_, !count_writes, count_writes, std::move(file_suffix));
   reporter_ = std::make_unique<ProgressReporter>(&progress_, sink_.get(), ProgressIntervalFromEnvironment());
 }

@@ -129,6 +129,6 @@ def test_cli_terminal_shows_one_updating_line(tmp_path):
     os.close(master)
     assert p.returncode == 0 and out.startswith(b"OK"), out
     line = text.decode()
-    assert line.startswith("\r") and "verify: " in line and "MB/s" in line, repr(line)
+    assert line.startswith("\r") and "verify read: " in line and "MB/s" in line, repr(line)
     assert line.rstrip("\r\n").count("\n") == 0, f"one updating line, not many: {line!r}"
     assert "done in" in line and line.endswith("\n"), repr(line)

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "test_util.h"
+#include "support/test_util.h"
 
 namespace ckpt {
 namespace {
