@@ -8,6 +8,7 @@
 #include "ckpt/convert/convert.h"
 #include "cli/commands.h"
 #include "cli/gpt_job.h"
+#include "cli/progress.h"
 #include "tests/testing/negative_controls.h"
 
 namespace ckpt::cli {
@@ -20,7 +21,20 @@ Status Fail(const Status& st) {
   return st;  // a damaged checkpoint (kCorruption) is exit 1, like verify and load
 }
 
-Result<convert::ConvertStats> Run(const ConvertFlags& f) {
+// The HF model's bytes: its .safetensors files (the reads of --to ckpt).
+int64_t SafetensorsBytes(Env* env, const std::string& dir, int64_t* files) {
+  int64_t bytes = 0;
+  auto names = env->ListDir(dir);
+  for (const std::string& n : names.ok() ? *names : std::vector<std::string>{}) {
+    if (n.size() < 12 || n.compare(n.size() - 12, 12, ".safetensors") != 0) continue;
+    auto st = env->Stat(JoinPath(dir, n));
+    if (st.ok()) bytes += int64_t(st->size), ++*files;
+  }
+  return bytes;
+}
+
+// Progress counts the source's reads: the HF files (--to ckpt) or the checkpoint's.
+Result<convert::ConvertStats> Run(const ConvertFlags& f, CliProgress* p) {
   if (f.to == "ckpt") {
     convert::HfImportOptions o;
     o.hf_dir = f.src;
@@ -32,6 +46,12 @@ Result<convert::ConvertStats> Run(const ConvertFlags& f) {
     o.vocab_divisible_by = f.vocab_divisible_by;
     CKPT_ASSIGN_OR_RETURN(o.write.codec.compression, ParseCompression(f.compression));
     o.write.chunk_bytes = f.chunk_kb * 1024;
+    if (p->active()) {
+      int64_t files = 0;
+      const int64_t bytes = SafetensorsBytes(DefaultEnv(), f.src, &files);
+      p->SetTotals(bytes, files);
+    }
+    o.env = p->env();
     if (!f.negative_control.empty() && !(o.links_hook = testing::ConvertNegativeControl(f.negative_control)))
       return Status::InvalidArgument("--negative-control '" + f.negative_control + "' (known: naive-qkv, swap-gate-up)");
     return convert::ImportHfLlama(o);
@@ -48,6 +68,8 @@ Result<convert::ConvertStats> Run(const ConvertFlags& f) {
     o.iteration = f.iteration;
     o.out_dir = f.dst;
     o.max_shard_bytes = int64_t(f.max_shard_mb * (1 << 20));
+    p->SetTotalsFromManifest(f.src, f.iteration);
+    o.env = p->env();
     return convert::ExportHfLlama(o);
   }
   if (f.to == "torch") {
@@ -56,6 +78,8 @@ Result<convert::ConvertStats> Run(const ConvertFlags& f) {
     o.iteration = f.iteration;
     o.out_path = f.dst;
     o.keep_vocab_padding = f.keep_padding;
+    p->SetTotalsFromManifest(f.src, f.iteration);
+    o.env = p->env();
     return convert::ExportTorch(o);
   }
   return Status::InvalidArgument("--to '" + f.to + "': give ckpt (from a HF directory), hf or torch (from a checkpoint)");
@@ -66,7 +90,10 @@ Result<convert::ConvertStats> Run(const ConvertFlags& f) {
 Status RunConvert(const ConvertFlags& f) {
   MemoryProbe mem;
   mem.ResetPeak();
-  auto stats = Run(f);
+  CliProgress progress("convert", f.json, f.no_progress, 0, DefaultEnv(), /*count_writes=*/false,
+                       f.to == "ckpt" ? ".safetensors" : ".h5");
+  auto stats = Run(f, &progress);
+  progress.Finish();
   if (!stats.ok()) return Fail(stats.status());
   const convert::ConvertStats& s = *stats;
   const double mbps = s.seconds > 0 ? s.bytes_written / 1e6 / s.seconds : 0.0;

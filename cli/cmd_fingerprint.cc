@@ -7,6 +7,7 @@
 
 #include "ckpt/protocol/fingerprint.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 
 namespace ckpt::cli {
 namespace {
@@ -94,7 +95,12 @@ Status RunFingerprint(const FingerprintFlags& f) {
   FingerprintOptions opts = f.opts;
   opts.verify_hashes = !f.no_verify;
   opts.block_bytes = f.block_kb * 1024;
+  CliProgress progress("fingerprint", f.json, f.no_progress, 0, opts.env ? opts.env : DefaultEnv(),
+                       /*count_writes=*/false, ".h5");
+  progress.SetTotalsFromManifest(f.root, opts.iteration);
+  opts.env = progress.env();
   auto r = FingerprintCheckpoint(f.root, opts);
+  progress.Finish();
   if (!r.ok()) {
     std::fprintf(stderr, "ckpt fingerprint: %s\n", r.status().ToString().c_str());
     return r.status();

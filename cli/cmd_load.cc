@@ -9,6 +9,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/job_flags.h"
 
 namespace ckpt::cli {
@@ -178,7 +179,15 @@ Status RunLoad(const JobFlags& f) {
   mem.peak_reset = probe.ResetPeak();
   mem.rss_before = probe.Rss();
   const auto t0 = Clock::now();
-  auto r = LoadCheckpoint(*sd, l.o);
+  // Rank 0's own reads; the total is the raw bytes it asked for (shared reads,
+  // compression and HDF5 metadata make the stored bytes differ: an estimate).
+  CliProgress progress("load", f.json, f.no_progress, j.rank(), l.o.env ? l.o.env : DefaultEnv(),
+                       /*count_writes=*/false, ".h5");
+  progress.SetTotals(sd->TotalBytes(), 0);
+  LoadOptions lo = l.o;
+  lo.env = progress.env();
+  auto r = LoadCheckpoint(*sd, lo);
+  progress.Finish();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   mem.peak = probe.Peak();
   if (!r.ok()) {  // every rank prints its error and exits with the agreed code

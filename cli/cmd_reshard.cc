@@ -11,6 +11,7 @@
 #include "ckpt/workload/gpt_reshard.h"
 #include "ckpt/workload/load_plan.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 
 namespace ckpt::cli {
 namespace {
@@ -27,7 +28,13 @@ Status Fail(const char* cmd, const Status& st) {
 Status RunReshard(const ReshardFlags& f) {
   workload::GptReshardRequest req = f.req;
   req.chunk_bytes = f.chunk_kb * 1024;
+  // Counts the source's reads (the total is its files); the writes follow them.
+  CliProgress progress("reshard", f.json, f.no_progress, 0, req.env ? req.env : DefaultEnv(),
+                       /*count_writes=*/false, ".h5");
+  progress.SetTotalsFromManifest(req.src, req.iteration);
+  req.env = progress.env();
   auto r = workload::ReshardGptCheckpoint(req);
+  progress.Finish();
   if (!r.ok()) return Fail("reshard", r.status());
   const OfflineReshardStats& s = r->stats;
   json out = {{"op", "reshard"}, {"from", r->from_layout}, {"to", r->to_layout},

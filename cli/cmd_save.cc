@@ -10,6 +10,7 @@
 #include "faults/fault_env.h"
 #include "faults/fault_spec.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/job_flags.h"
 #include "reshard/gpt_config_json.h"
 
@@ -132,7 +133,13 @@ Status RunSave(const JobFlags& f) {
     fo.env = fenv.get();
     fo.hook = fenv->Hook();
   }
+  // Rank 0's own writes; the total is its raw tensor bytes (an estimate: HDF5 metadata, compression).
+  CliProgress progress("save", f.json, f.no_progress, j.rank(), fo.env ? fo.env : DefaultEnv(),
+                       /*count_writes=*/true, ".h5");
+  progress.SetTotals(sd->TotalBytes(), 1);
+  fo.env = progress.env();
   auto r = SaveCheckpoint(*sd, fo);
+  progress.Finish();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!r.ok()) return Fail("save", j.rank(), r.status());
   if (!r->warning.ok())  // committed all the same (checkpoint.h): a warning, exit 0

@@ -7,6 +7,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/verify.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 
 namespace ckpt::cli {
 namespace {
@@ -70,7 +71,9 @@ void KeepWorst(Status* worst, Status st) {
 
 Status VerifyAll(const VerifyFlags& f) {
   const VerifyOptions o = OptionsOf(f, -1);
-  auto all = VerifyAllIterations(DefaultEnv(), f.root, o);
+  CliProgress progress("verify", f.json, f.no_progress, 0, DefaultEnv(), /*count_writes=*/false, ".h5");
+  auto all = VerifyAllIterations(progress.env(), f.root, o);  // totals unknown: bytes and files so far
+  progress.Finish();
   if (!all.ok()) {
     std::fprintf(stderr, "ckpt verify: %s\n", all.status().ToString().c_str());
     return all.status();
@@ -102,7 +105,10 @@ Status RunVerify(const VerifyFlags& f) {
   if (f.all_iterations) return VerifyAll(f);
   nlohmann::json reports = nlohmann::json::array();
   const VerifyOptions o = OptionsOf(f, f.opts.iteration);
-  auto r = VerifyCheckpoint(DefaultEnv(), f.root, o);
+  CliProgress progress("verify", f.json, f.no_progress, 0, DefaultEnv(), /*count_writes=*/false, ".h5");
+  progress.SetTotalsFromManifest(f.root, f.opts.iteration);
+  auto r = VerifyCheckpoint(progress.env(), f.root, o);
+  progress.Finish();
   Status st = r.ok() ? Report(f, o, *r, true, &reports) : ReportError(f.opts.iteration, r.status(), &reports);
   if (f.json) std::printf("%s\n", reports[0].dump(2).c_str());
   return st;

@@ -68,6 +68,7 @@ struct VerifyFlags {
   VerifyOptions opts;
   bool json = false, all_iterations = false, all_problems = false;
   bool direct_io = false, buffered_io = false;  // --direct-io / --buffered-io (exclusive; else opts.direct_io)
+  bool no_progress = false;                      // --no-progress (cli/progress.h)
 };
 Status RunVerify(const VerifyFlags& f);  // cmd_verify.cc
 
@@ -76,6 +77,7 @@ struct FingerprintFlags {
   FingerprintOptions opts;
   int64_t block_kb = 4096;
   bool per_tensor = false, json = false, no_verify = false;
+  bool no_progress = false;  // --no-progress (cli/progress.h)
 };
 Status RunFingerprint(const FingerprintFlags& f);  // cmd_fingerprint.cc
 
@@ -90,6 +92,7 @@ struct ReshardFlags {
   workload::GptReshardRequest req;
   int64_t chunk_kb = 4096;
   bool json = false;
+  bool no_progress = false;  // --no-progress (cli/progress.h)
 };
 Status RunReshard(const ReshardFlags& f);  // cmd_reshard.cc
 
@@ -105,6 +108,7 @@ struct ConvertFlags {
   int64_t iteration = -1, vocab_divisible_by = 128, chunk_kb = 4096;
   double max_shard_mb = 5120;
   bool mcore = false, stack_layers = false, extra_state = false, keep_padding = false, json = false;
+  bool no_progress = false;  // --no-progress (cli/progress.h)
 };
 Status RunConvert(const ConvertFlags& f);  // cmd_convert.cc
 

@@ -12,7 +12,7 @@ namespace {
 constexpr const char* kIterLatest =
     "iteration (default: the latest: the newest committed one at or above the tracker's)";
 
-// --root, --layout, --timeout-ms, --json, --bucket-elems, and the hidden
+// --root, --layout, --timeout-ms, --json, --no-progress, --bucket-elems, and the hidden
 // developer switch --naive-fc1 of save and load.
 void AddCommon(CLI::App* cmd, JobFlags* f) {
   cmd->add_option("--root", f->root, "checkpoint root directory")->required();
@@ -22,7 +22,7 @@ void AddCommon(CLI::App* cmd, JobFlags* f) {
   cmd->add_flag("--naive-fc1", f->naive_fc1,
                 "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")
       ->group("");
-  cmd->add_flag("--json", f->json, "print the summary as JSON");
+  AddJsonFlags(cmd, &f->json, &f->no_progress, "print the summary as JSON");
   cmd->add_option("--bucket-elems", f->bucket_elems,
                   "DDP bucket size in elements for the optimizer layout (0: one bucket per buffer)");
 }
@@ -58,7 +58,7 @@ void RegisterVerify(CLI::App& app, Status* outcome) {
                   "iterations that do not read are reported as problems)");
   cmd->add_flag("--all", f->all_iterations, "verify every iteration under the root (exit 1 if any is bad)");
   cmd->add_flag("--all-problems", f->all_problems, "report every problem, not only the first");
-  cmd->add_flag("--json", f->json, "machine-readable output");
+  AddJsonFlags(cmd, &f->json, &f->no_progress, "machine-readable output");
   AddReadIoFlags(cmd, &f->direct_io, &f->buffered_io);
   cmd->callback([=]() { *outcome = RunVerify(*f); });
 }
@@ -131,7 +131,7 @@ void RegisterReshard(CLI::App& app, Status* outcome) {
   cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
   cmd->add_option("--drop-object", f->req.drop_objects,
                   "leave out this per-rank object key (e.g. a (pp, tp)-grid RNG state under another TP); repeatable");
-  cmd->add_flag("--json", f->json, "machine-readable output");
+  AddJsonFlags(cmd, &f->json, &f->no_progress, "machine-readable output");
   cmd->callback([=]() { *outcome = RunReshard(*f); });
 }
 
@@ -156,7 +156,7 @@ void RegisterFingerprint(CLI::App& app, Status* outcome) {
   cmd->add_option("root", f->root, "checkpoint root directory")->required();
   cmd->add_option("--iter", f->opts.iteration, kIterLatest);
   cmd->add_flag("--per-tensor", f->per_tensor, "list every tensor's and object's digest");
-  cmd->add_flag("--json", f->json, "machine-readable output");
+  AddJsonFlags(cmd, &f->json, &f->no_progress, "machine-readable output");
   cmd->add_flag("--no-verify", f->no_verify, "skip the chunk hash checks");
   cmd->add_option("--block-kb", f->block_kb, "rows read per block, in KiB");
   cmd->callback([=]() { *outcome = RunFingerprint(*f); });
@@ -190,7 +190,7 @@ void RegisterConvert(CLI::App& app, Status* outcome) {
   cmd->add_option("--chunk-kb", f->chunk_kb, "--to ckpt: target chunk size in KiB");
   cmd->add_option("--max-shard-mb", f->max_shard_mb, "--to hf: largest safetensors file in MiB (> 0, fractions allowed; default 5120)");
   cmd->add_flag("--keep-vocab-padding", f->keep_padding, "--to torch: keep the padded vocab rows");
-  cmd->add_flag("--json", f->json, "machine-readable output");
+  AddJsonFlags(cmd, &f->json, &f->no_progress, "machine-readable output");
   cmd->add_option("--negative-control", f->negative_control,
                   "tests only: a wrong mapping (naive-qkv, swap-gate-up) the oracle must catch")->group("");
   cmd->callback([=]() { *outcome = RunConvert(*f); });

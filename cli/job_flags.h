@@ -22,6 +22,7 @@ struct JobFlags {
   int64_t timeout_ms = 60000;
   bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false, allow_older = false,
        direct_io = false, buffered_io = false;  // --direct-io / --buffered-io (exclusive)
+  bool no_progress = false;  // --no-progress (cli/progress.h)
 };
 
 // The command's outcome on this rank (main maps it to the exit code).

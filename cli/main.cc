@@ -45,6 +45,12 @@ CLI::Option* AddTimeoutMs(CLI::App* cmd, int64_t* timeout_ms, const std::string&
       ->check(CLI::Validator(check, "MS", "timeout"));
 }
 
+void AddJsonFlags(CLI::App* cmd, bool* json, bool* no_progress, const std::string& what) {
+  cmd->add_flag("--json", *json, what);
+  cmd->add_flag("--no-progress", *no_progress,
+                "no progress on stderr (default: one updating line when stderr is a terminal; JSON lines with --json)");
+}
+
 namespace {
 
 void RegisterScenario(CLI::App& app, Status* outcome) {

@@ -104,6 +104,7 @@ Result<GptReshardResult> ReshardGptCheckpoint(const GptReshardRequest& req) {
   o.write.codec.compression = comp;
   o.write.chunk_bytes = req.chunk_bytes;
   o.drop_objects.insert(req.drop_objects.begin(), req.drop_objects.end());
+  o.env = req.env;
   const reshard::GptConfig model = saved.model;
   const bool train_state = !source_opt && saved.manifest.metadata.contains("train");
   auto stats = ReshardOffline(o, [&](int rank) -> Result<std::unique_ptr<RankState>> {

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/base/env.h"
 #include "ckpt/base/status.h"
 #include "ckpt/protocol/offline_reshard.h"
 
@@ -25,6 +26,7 @@ struct GptReshardRequest {
   std::string compression = "none";       // none | zstd
   int64_t chunk_bytes = 4 << 20;
   std::vector<std::string> drop_objects;  // per-rank object keys left out
+  Env* env = nullptr;                     // nullptr: DefaultEnv()
 };
 
 struct GptReshardResult {

@@ -45,7 +45,7 @@ def _json(value, what):
 
 
 def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
-         layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None, direct_io=None):
+         layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None, direct_io=None, progress=None):
     """Saves every rank's shards as checkpoint `iteration` under `root` (collective
     over comm): atomic, nothing visible unless every rank wrote its part. Only main
     replicas (replica_id all zeros) are written; replicated shards are spread over
@@ -62,11 +62,15 @@ def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=
     never cut off); 0.001 .. 604800 (7 days), else InvalidArgumentError (inf
     too: every wait has a deadline). OutcomeUnknownError: the iteration is
     visible but its commit point (the root fsync) was not confirmed.
+    progress: a callable given a dict (op, phase, bytes_done, bytes_total,
+    files_done, files_total, elapsed, rate, eta, final) at most every 0.5 s
+    and once at the end, from a reporter thread (the GIL taken; an exception it raises is
+    printed and stops the calls, never the save).
     Returns this rank's stats."""
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False, op="save")
     return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
                       float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
-                      bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io))
+                      bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io), progress)
 
 
 def _direct_write_code(direct_io):  # -1: CKPT_DIRECT_IO decides; 0 buffered; 1 direct
@@ -84,7 +88,7 @@ def _direct_read_code(direct_io):
 
 
 def load(sharded_state_dict, root, iteration=None, comm=None, strict="raise_all", timeout=60.0,
-         verify_hashes=True, fallback=False, stats=None, direct_io=None):
+         verify_hashes=True, fallback=False, stats=None, direct_io=None, progress=None):
     """Loads checkpoint `iteration` (None: the latest) into every ShardedTensor in
     place, under any layout (reshard on load), and returns the state dict with each
     ShardedTensor replaced by its tensor and each ShardedObject by its loaded
@@ -109,14 +113,15 @@ def load(sharded_state_dict, root, iteration=None, comm=None, strict="raise_all"
     through the page cache; "auto" decides per file (direct unless at least half
     of it is cached); None: CKPT_DIRECT_IO decides ("auto" when unset, "0" off,
     else on). stats["direct_read_bytes"] says how much went direct and
-    stats["files_cached"] how many files "auto" read through the cache."""
+    stats["files_cached"] how many files "auto" read through the cache.
+    progress: a callable, as for save (this rank's reads)."""
     if strict not in _STRICT:
         raise ValueError(f"ckpt: strict={strict!r} is not one of {sorted(_STRICT)}")
     mode, warn, ret = _STRICT[strict]
     entries, objs, bufs, objects = _entries(sharded_state_dict, for_load=True)
     st, blobs = _ckpt.load(entries, objs, str(root), -1 if iteration is None else int(iteration),
                            handle_of(comm), mode, float(timeout), bool(verify_hashes), bool(fallback),
-                           _direct_read_code(direct_io))
+                           _direct_read_code(direct_io), progress)
     for b in bufs:
         b.finish_load()
     st["requested_iteration"] = iteration

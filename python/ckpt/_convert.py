@@ -4,7 +4,8 @@ from . import _ckpt
 
 
 def convert(src, dst, to, layout="tp=1", iteration=None, stack_layers=False, extra_state=False,
-            vocab_divisible_by=128, compress="none", max_shard_bytes=0, keep_vocab_padding=False):
+            vocab_divisible_by=128, compress="none", max_shard_bytes=0, keep_vocab_padding=False,
+            progress=None):
     """Converts `src` into `dst` and returns the conversion's stats dict.
 
     to="ckpt":  src is a HF Llama-style model directory (config.json +
@@ -16,13 +17,14 @@ def convert(src, dst, to, layout="tp=1", iteration=None, stack_layers=False, ext
                 max_shard_bytes; 0: the library default; < 0 is refused).
     to="torch": src a checkpoint root, dst one torch.save file (MCore key names)
                 that torch.load opens without ckpt.
+    progress: a callable, as for ckpt.save (bytes of the source read).
     Raises ckpt.CkptError naming the file and tensor; nothing partial is left."""
     it = -1 if iteration is None else int(iteration)
     if to == "ckpt":
         return _ckpt.convert_hf_to_ckpt(str(src), str(dst), max(it, 0), layout, bool(stack_layers),
-                                        bool(extra_state), int(vocab_divisible_by), compress)
+                                        bool(extra_state), int(vocab_divisible_by), compress, progress)
     if to == "hf":
-        return _ckpt.convert_ckpt_to_hf(str(src), str(dst), it, int(max_shard_bytes))
+        return _ckpt.convert_ckpt_to_hf(str(src), str(dst), it, int(max_shard_bytes), progress)
     if to == "torch":
-        return _ckpt.convert_ckpt_to_torch(str(src), str(dst), it, bool(keep_vocab_padding))
+        return _ckpt.convert_ckpt_to_torch(str(src), str(dst), it, bool(keep_vocab_padding), progress)
     raise ValueError(f"convert: to must be 'ckpt', 'hf' or 'torch', not {to!r}")

@@ -19,14 +19,15 @@ def inspect(root, iteration=None):
     return m
 
 
-def verify(root, iteration=None):
+def verify(root, iteration=None, progress=None):
     """Re-reads and re-hashes every byte: a dict with ok, issues (list of str), counts, and
     direct_read_bytes / files_cached (chunks are read as loads read them: O_DIRECT unless a file
     is mostly in the page cache; CKPT_DIRECT_IO=1/0 forces either). Saves and retention may run
     meanwhile: what they change is not damage - notes (list of str) say what changed, and removed
     is True (ok True, no issues) when the iteration was deleted while it was checked (for the
-    latest only after it was removed again and again)."""
-    return _ckpt.verify(str(root), _iter(iteration))
+    latest only after it was removed again and again). progress: a callable, as for ckpt.save
+    (bytes read)."""
+    return _ckpt.verify(str(root), _iter(iteration), progress)
 
 
 class Fingerprint:
@@ -70,10 +71,11 @@ class Fingerprint:
                f"objects={len(self.objects)})"
 
 
-def fingerprint(root, iteration=None):
+def fingerprint(root, iteration=None, progress=None):
     """The layout-invariant digest of the global state (same as `ckpt fingerprint`),
-    as a Fingerprint: compares by value; timings apart in .stats."""
-    return Fingerprint(_ckpt.fingerprint(str(root), _iter(iteration)))
+    as a Fingerprint: compares by value; timings apart in .stats. progress: a
+    callable, as for ckpt.save (bytes read)."""
+    return Fingerprint(_ckpt.fingerprint(str(root), _iter(iteration), progress))
 
 
 def read_tensor(root, key, iteration=None, offset=None, shape=None, numpy=False):

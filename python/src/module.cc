@@ -15,6 +15,7 @@
 #include "py_comm.h"
 #include "py_convert.h"
 #include "py_hdf5.h"
+#include "py_progress.h"
 #include "py_state.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/format/manifest.h"
@@ -66,24 +67,31 @@ SaveOptions SaveOpts(const std::string& root, int64_t iteration, const std::stri
 pyb::dict Save(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                const std::shared_ptr<CommHandle>& comm, const std::string& compress, double timeout_s,
                const std::string& metadata, const std::string& layout, int64_t chunk_bytes, bool allow_older,
-               const std::string& chunk_hash, int direct_io) {
+               const std::string& chunk_hash, int direct_io, const pyb::object& progress) {
   ShardedStateDict sd = StateOf(tensors, objects, RankOf(comm), "save");
   SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older,
                            chunk_hash, direct_io, RankOf(comm), "save", WorldOf(comm));
   o.comm = CommOf(comm);
+  PyProgress meter(progress, "save", DefaultEnv(), /*count_writes=*/true);
+  meter.SetTotals(sd.TotalBytes(), 1);  // this rank's raw bytes, one shard file
+  o.env = meter.env();
   Result<SaveStats> r = Status::Internal("not run");
   {
     pyb::gil_scoped_release nogil;
     r = SaveCheckpoint(sd, o);
+    meter.Finish();
   }
   return ToDict(Value(std::move(r), RankOf(comm), "save"));
 }
 
 pyb::tuple Load(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                 const std::shared_ptr<CommHandle>& comm, const std::string& strict, double timeout_s,
-                bool verify_hashes, bool fallback, int direct_io) {
+                bool verify_hashes, bool fallback, int direct_io, const pyb::object& progress) {
   ShardedStateDict sd = StateOf(tensors, objects, RankOf(comm), "load");
+  PyProgress meter(progress, "load", DefaultEnv(), /*count_writes=*/false);
+  meter.SetTotals(sd.TotalBytes(), 0);  // the raw bytes asked for (stored bytes may differ: an estimate)
   LoadOptions o;
+  o.env = meter.env();
   // -1: CKPT_DIRECT_IO decides (auto when unset); 0 off, 1 on, 2 auto
   if (direct_io >= 0) o.direct_io = direct_io == 0 ? DirectRead::kOff : direct_io == 1 ? DirectRead::kOn : DirectRead::kAuto;
   o.root = root;
@@ -97,6 +105,7 @@ pyb::tuple Load(const pyb::list& tensors, const pyb::list& objects, const std::s
   {
     pyb::gil_scoped_release nogil;
     r = LoadCheckpoint(sd, o);
+    meter.Finish();
   }
   pyb::dict stats = ToDict(Value(std::move(r), RankOf(comm), "load"));
   pyb::list objs;
@@ -164,16 +173,29 @@ pyb::dict Inspect(const std::string& root, int64_t iteration) {
   return ToDict(RunWithoutGil([&] { return ReadManifest(DefaultEnv(), root, iteration); }, 0, "inspect"));
 }
 
-pyb::dict Verify(const std::string& root, int64_t iteration) {
+pyb::dict Verify(const std::string& root, int64_t iteration, const pyb::object& progress) {
   VerifyOptions o;
   o.iteration = iteration;
-  return ToDict(RunWithoutGil([&] { return VerifyCheckpoint(DefaultEnv(), root, o); }, 0, "verify"));
+  PyProgress meter(progress, "verify", DefaultEnv(), /*count_writes=*/false);
+  meter.SetTotalsFromManifest(root, iteration);
+  return ToDict(RunWithoutGil([&] {
+    auto r = VerifyCheckpoint(meter.env(), root, o);
+    meter.Finish();
+    return r;
+  }, 0, "verify"));
 }
 
-pyb::dict FingerprintOf(const std::string& root, int64_t iteration) {
+pyb::dict FingerprintOf(const std::string& root, int64_t iteration, const pyb::object& progress) {
   FingerprintOptions o;
   o.iteration = iteration;
-  return ToDict(RunWithoutGil([&] { return FingerprintCheckpoint(root, o); }, 0, "fingerprint"));
+  PyProgress meter(progress, "fingerprint", DefaultEnv(), /*count_writes=*/false);
+  meter.SetTotalsFromManifest(root, iteration);
+  o.env = meter.env();
+  return ToDict(RunWithoutGil([&] {
+    auto r = FingerprintCheckpoint(root, o);
+    meter.Finish();
+    return r;
+  }, 0, "fingerprint"));
 }
 
 // Committed iterations under root, ascending (ListIterations: a root that
@@ -257,8 +279,8 @@ PYBIND11_MODULE(_ckpt, m) {
   m.def("save", &Save);
   m.def("load", &Load);
   m.def("inspect", &Inspect);
-  m.def("verify", &Verify);
-  m.def("fingerprint", &FingerprintOf);
+  m.def("verify", &Verify, pyb::arg("root"), pyb::arg("iteration"), pyb::arg("progress") = pyb::none());
+  m.def("fingerprint", &FingerprintOf, pyb::arg("root"), pyb::arg("iteration"), pyb::arg("progress") = pyb::none());
   m.def("list_iterations", &ListIterationsOf);
   m.def("latest", &LatestOf);
   m.def("apply_retention", &RetainOf);

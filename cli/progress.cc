@@ -1,0 +1,83 @@
+// CliProgress and its terminal and JSON-lines sinks: see cli/progress.h.
+#include "cli/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/protocol/checkpoint.h"
+
+namespace ckpt::cli {
+namespace {
+
+std::string Seconds(double s) {
+  char buf[32];
+  if (s < 0) return "?";
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.0f s", s);
+  else std::snprintf(buf, sizeof buf, "%.0f min", s / 60);
+  return buf;
+}
+
+// One line rewritten in place ("\r" + erase to the end of line).
+class TerminalSink final : public ProgressSink {
+ public:
+  void OnProgress(const ProgressSnapshot& s) override {
+    std::string line = s.op + (s.phase.empty() ? "" : " " + s.phase) + ": ";
+    char buf[160];
+    if (s.bytes_total > 0)
+      std::snprintf(buf, sizeof buf, "%.1f/%.1f MB (%.0f%%)", s.bytes_done / 1e6, s.bytes_total / 1e6,
+                    100.0 * double(s.bytes_done) / double(s.bytes_total));
+    else
+      std::snprintf(buf, sizeof buf, "%.1f MB", s.bytes_done / 1e6);
+    line += buf;
+    if (s.files_total > 0) line += ", " + std::to_string(s.files_done) + "/" + std::to_string(s.files_total) + " files";
+    std::snprintf(buf, sizeof buf, ", %.1f MB/s", s.rate / 1e6);
+    line += buf;
+    line += s.final ? ", done in " + Seconds(s.elapsed_s) : ", ETA " + Seconds(s.eta_s);
+    std::fprintf(stderr, "\r%s\x1b[K%s", line.c_str(), s.final ? "\n" : "");
+    std::fflush(stderr);
+  }
+};
+
+// One JSON object per line.
+class JsonLinesSink final : public ProgressSink {
+ public:
+  void OnProgress(const ProgressSnapshot& s) override {
+    nlohmann::json j{{"event", "progress"}, {"op", s.op}, {"phase", s.phase}, {"bytes_done", s.bytes_done},
+                     {"bytes_total", s.bytes_total}, {"files_done", s.files_done}, {"files_total", s.files_total},
+                     {"elapsed_s", s.elapsed_s}, {"rate", s.rate}, {"eta_s", s.eta_s}, {"final", s.final}};
+    std::fprintf(stderr, "%s\n", j.dump().c_str());
+    std::fflush(stderr);
+  }
+};
+
+}  // namespace
+
+CliProgress::CliProgress(std::string op, bool json, bool off, int rank, Env* target, bool count_writes,
+                         std::string file_suffix)
+    : target_(target), progress_(std::move(op)) {
+  if (off || rank != 0) return;
+  if (json) sink_ = std::make_unique<JsonLinesSink>();
+  else if (isatty(STDERR_FILENO)) sink_ = std::make_unique<TerminalSink>();
+  else return;  // piped: quiet
+  progress_.SetPhase(count_writes ? "write" : "read");  // what the byte counts measure
+  meter_ = std::make_unique<MeterEnv>(target, &progress_, !count_writes, count_writes, std::move(file_suffix));
+  reporter_ = std::make_unique<ProgressReporter>(&progress_, sink_.get(), ProgressIntervalFromEnvironment());
+}
+
+void CliProgress::SetTotalsFromManifest(const std::string& root, int64_t iteration) {
+  if (!active()) return;
+  auto m = ReadManifest(target_, root, iteration);  // unmetered; an error is the command's to report
+  if (!m.ok()) return;
+  int64_t bytes = 0;
+  for (const ManifestFile& f : m->files) bytes += int64_t(f.size);
+  SetTotals(bytes, int64_t(m->files.size()));
+}
+
+void CliProgress::Finish() {
+  if (reporter_) reporter_->Finish();
+}
+
+}  // namespace ckpt::cli

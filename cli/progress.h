@@ -1,0 +1,52 @@
+// Progress of a long `ckpt` command (save, load, verify, reshard, convert,
+// fingerprint) on stderr, stdout staying the command's report:
+//  - stderr a terminal: one line, rewritten in place at most every 0.5 s
+//    ("verify read: 412.3/1024.0 MB (40%), 3/8 files, 210.4 MB/s, ETA 3 s"),
+//    ended by a newline when the command ends;
+//  - --json: one JSON object per line on stderr, {"event": "progress", "op",
+//    "phase", "bytes_done", "bytes_total", "files_done", "files_total",
+//    "elapsed_s", "rate", "eta_s", "final"}; bytes_done never decreases and
+//    the last event ("final": true) has bytes_done == bytes_total. stdout's
+//    JSON report is unchanged;
+//  - otherwise (piped, redirected) and with --no-progress: nothing.
+// Under mpirun only rank 0 reports, its own share (no collective is added).
+// CKPT_PROGRESS_INTERVAL_MS overrides the 500 ms throttle (tests).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ckpt/base/env.h"
+#include "ckpt/base/progress.h"
+
+namespace ckpt::cli {
+
+class CliProgress {
+ public:
+  // op: the command ("verify"); json: --json; off: --no-progress; rank: this
+  // process's. Meters `target` (reads or writes; files whose names end in
+  // `file_suffix` count as files) when progress is shown.
+  CliProgress(std::string op, bool json, bool off, int rank, Env* target, bool count_writes,
+              std::string file_suffix);
+  ~CliProgress() { Finish(); }
+
+  // The Env to hand to the library: the meter when progress is shown, else target.
+  Env* env() const { return meter_ ? meter_.get() : target_; }
+  bool active() const { return meter_ != nullptr; }
+  void SetTotals(int64_t bytes, int64_t files) { progress_.SetTotals(bytes, files); }
+  // Totals from an iteration's manifest (-1: the latest): its files' bytes and count.
+  void SetTotalsFromManifest(const std::string& root, int64_t iteration);
+  void SetPhase(std::string phase) { progress_.SetPhase(std::move(phase)); }
+  // Stops the reporter and emits the final line/event (idempotent).
+  void Finish();
+
+ private:
+  Env* target_;
+  Progress progress_;
+  std::unique_ptr<ProgressSink> sink_;
+  std::unique_ptr<MeterEnv> meter_;
+  std::unique_ptr<ProgressReporter> reporter_;
+};
+
+}  // namespace ckpt::cli
