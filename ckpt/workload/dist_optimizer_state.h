@@ -62,7 +62,10 @@ class DistOptimizerState {
   // box, at the box's position there (ckpt's extension; MCore asserts equal
   // buckets). FailedPrecondition naming the box when no saved bucket holds it
   // (another TP/PP split); Corruption when a layout object is malformed.
-  Status UseSavedDpLayouts(const std::map<std::string, std::string>& saved);
+  // `consumed`: the checkpoint's dp_reshardable objects (layouts, bucket
+  // sizes), requested too when remapped, so that a strict load counts them.
+  Status UseSavedDpLayouts(const std::map<std::string, std::string>& saved,
+                           std::vector<ShardedObject> consumed = {});
   // LayoutRequest / CheckLayout for kBucketSpace.
   ShardedStateDict BucketLayoutRequest() const;
   Status CheckBucketLayout(const ShardedStateDict& loaded) const;
@@ -104,6 +107,7 @@ class DistOptimizerState {
   std::vector<std::string> descriptors_;  // per buffer, bucket-space layout JSON
   std::vector<std::string> mcore_layouts_;  // per buffer, dp_reshardable param layout JSON
   std::vector<Remap> remap_;  // UseSavedDpLayouts; loads through it when remapped_
+  std::vector<ShardedObject> consumed_;  // requested with remap_
   bool remapped_ = false;
   std::vector<int64_t> step_ = std::vector<int64_t>(1, 0);  // heap: spans survive moves
 };

@@ -61,7 +61,8 @@ Status IndexLayout(const std::string& key, const json& layout, std::map<std::str
 
 }  // namespace
 
-Status DistOptimizerState::UseSavedDpLayouts(const std::map<std::string, std::string>& saved) {
+Status DistOptimizerState::UseSavedDpLayouts(const std::map<std::string, std::string>& saved,
+                                             std::vector<ShardedObject> consumed) {
   remap_.clear();
   remapped_ = false;
   bool same = true;
@@ -94,11 +95,13 @@ Status DistOptimizerState::UseSavedDpLayouts(const std::map<std::string, std::st
           "it across TP or PP changes");
     remap_.push_back({it->second.bucket_key, it->second.unpadded, it->second.pos + t.flat_range->begin, i});
   }
+  consumed_ = std::move(consumed);
   remapped_ = true;
   return Status::Ok();
 }
 
 void DistOptimizerState::AddRemapped(ShardedStateDict* sd) {
+  for (const ShardedObject& o : consumed_) sd->AddObject(o);
   for (const Remap& r : remap_) {
     const Fragment& f = fragments_[r.fragment];
     const int64_t n = f.tensor.num_elements();
@@ -118,15 +121,14 @@ Status PrepareDpReshardableLoad(GptJob& job, const std::string& root, int64_t it
   auto layouts = [&]() -> Status {
     CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifestOrOlder(root, iteration));
     ShardedStateDict want;
+    std::vector<ShardedObject> consumed;
     std::map<std::string, bool> seen;
     for (const ManifestObject& o : m.objects) {
       const std::string& k = o.meta.key;
-      if (k.size() > kDpLayoutSuffix.size() && k.ends_with(kDpLayoutSuffix) &&
-          k.find("optimizer.distributed.dp_group_idx_") != std::string::npos && !seen[k])
-      {
-        want.AddObject(o.meta);
-        seen[k] = true;
-      }
+      if (k.find("optimizer.distributed.dp_group_idx_") == std::string::npos || seen[k]) continue;
+      seen[k] = true;
+      consumed.push_back(o.meta);
+      if (k.ends_with(kDpLayoutSuffix)) want.AddObject(o.meta);
     }
     LoadOptions o;
     o.root = root;
@@ -136,7 +138,7 @@ Status PrepareDpReshardableLoad(GptJob& job, const std::string& root, int64_t it
     std::map<std::string, std::string> saved;
     for (const ObjectEntry& e : want.objects())
       saved[e.meta.key] = std::string(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size());
-    return job.optimizer->UseSavedDpLayouts(saved);
+    return job.optimizer->UseSavedDpLayouts(saved, std::move(consumed));
   };
   const Status st = layouts();
   const std::string mine =
