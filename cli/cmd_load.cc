@@ -38,6 +38,11 @@ Status Prepare(const JobFlags& f, LoadJob& l, int64_t iteration, bool* reported)
     *reported = !pre.ok();
     CKPT_RETURN_IF_ERROR(pre);
   }
+  if (l.spec.format == reshard::OptimizerFormat::kDpReshardable) {
+    Status pre = PrepareDpReshardableLoad(j, f.root, iteration);
+    if (!pre.ok()) *rc = j.rank() == 0 ? Fail("load", 0, pre) : kExitError;
+    CKPT_RETURN_IF_ERROR(pre);
+  }
   l.o.root = f.root;
   l.o.iteration = f.iteration;  // -1: the loader resolves "latest" and notes newer iterations it skips
   l.o.comm = j.comm.get();

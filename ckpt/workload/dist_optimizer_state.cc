@@ -42,9 +42,7 @@ std::string McoreBucketKey(const RankBuffer& rb, int bucket, const char* state) 
          ".bucket_idx_" + Str(bucket) + "." + state;
 }
 
-std::string McoreParamLayoutKey(const RankBuffer& rb) {
-  return McorePrefix(rb) + "gbuf_idx_" + Str(rb.gbuf_index) + ".param_layout";
-}
+std::string McoreParamLayoutKey(const RankBuffer& rb) { return DpReshardableLayoutKey(rb); }
 
 std::string LayoutKey(const RankBuffer& rb) {
   return "optimizer.distributed." + rb.dp_domain + ".gbuf_idx_" + Str(rb.gbuf_index) +
@@ -139,6 +137,10 @@ constexpr const char* kOnlyIdentical =
     "changes";
 
 }  // namespace
+
+std::string DpReshardableLayoutKey(const RankBuffer& rb) {
+  return McorePrefix(rb) + "gbuf_idx_" + Str(rb.gbuf_index) + std::string(kDpLayoutSuffix);
+}
 
 Result<DistOptimizerState> DistOptimizerState::Create(const GptConfig& cfg,
                                                       const ParallelConfig& pc,
@@ -264,6 +266,7 @@ void DistOptimizerState::AddBucketSpace(ShardedStateDict* sd) {
 // MCore sharded_param_state_dp_reshardable: the rank's slice of each bucket,
 // cut at the unpadded end (the DP padding is not state and changes with DP).
 void DistOptimizerState::AddDpReshardable(ShardedStateDict* sd) {
+  if (remapped_) return AddRemapped(sd);
   std::set<int> optimizers;
   for (int bi = 0; bi < int(buffers_.size()); ++bi) {
     const RankBuffer& rb = buffers_[size_t(bi)];

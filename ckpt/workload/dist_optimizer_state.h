@@ -10,8 +10,10 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,6 +28,13 @@ using reshard::GptConfig;
 using reshard::GptShard;
 using reshard::OptimizerFormat;
 using reshard::RankBuffer;
+
+// The dp_reshardable param-layout object of a buffer: "[chained_<i>.]optimizer.
+// distributed.dp_group_idx_<m>.gbuf_idx_<g>.param_layout" (JSON: "dtype",
+// "numel_unpadded" per bucket, "params": [bucket, offset in bucket, numel,
+// boxes [key, global_offset, local_shape] in the param's flat order]).
+std::string DpReshardableLayoutKey(const RankBuffer& rb);
+inline constexpr std::string_view kDpLayoutSuffix = ".param_layout";
 
 class DistOptimizerState {
  public:
@@ -43,6 +52,20 @@ class DistOptimizerState {
   // (FailedPrecondition). Model-space formats: empty request, always OK.
   ShardedStateDict LayoutRequest(OptimizerFormat format) const;
   Status CheckLayout(OptimizerFormat format, const ShardedStateDict& loaded) const;
+  // dp_reshardable loaded under another bucket layout (another EP size, which
+  // moves the experts between the dense and the expert buffers, another
+  // bucket size or DP size): `saved` maps every "<prefix>gbuf_idx_<g>.
+  // param_layout" object of the checkpoint to its JSON. If each of this
+  // rank's buffers is saved with an equal layout, StateDict(kDpReshardable)
+  // stays MCore's (whole bucket slices). Otherwise it requests each owned
+  // fragment of each parameter box from the saved bucket that holds the same
+  // box, at the box's position there (ckpt's extension; MCore asserts equal
+  // buckets). FailedPrecondition naming the box when no saved bucket holds it
+  // (another TP/PP split); Corruption when a layout object is malformed.
+  // `consumed`: the checkpoint's dp_reshardable objects (layouts, bucket
+  // sizes), requested too when remapped, so that a strict load counts them.
+  Status UseSavedDpLayouts(const std::map<std::string, std::string>& saved,
+                           std::vector<ShardedObject> consumed = {});
   // LayoutRequest / CheckLayout for kBucketSpace.
   ShardedStateDict BucketLayoutRequest() const;
   Status CheckBucketLayout(const ShardedStateDict& loaded) const;
@@ -55,6 +78,11 @@ class DistOptimizerState {
   size_t NumFragments() const { return fragments_.size(); }
 
  private:
+  struct Remap {  // one fragment's place in a saved dp_reshardable bucket
+    std::string bucket_key;  // "<saved prefix>.dtype_<d>.bucket_idx_<b>." + state
+    int64_t unpadded = 0, offset = 0;
+    size_t fragment = 0;
+  };
   struct Fragment {
     ShardedTensor tensor;  // fp32, key of the param's tensor (no state prefix)
     int buffer = 0;
@@ -68,6 +96,7 @@ class DistOptimizerState {
   void AddModelSpace(OptimizerFormat format, ShardedStateDict* sd);
   void AddBucketSpace(ShardedStateDict* sd);
   void AddDpReshardable(ShardedStateDict* sd);
+  void AddRemapped(ShardedStateDict* sd);  // the fragments at their saved bucket places
 
   ParallelConfig pc_;
   RankCoords coords_;
@@ -77,6 +106,9 @@ class DistOptimizerState {
   std::vector<Fragment> fragments_;
   std::vector<std::string> descriptors_;  // per buffer, bucket-space layout JSON
   std::vector<std::string> mcore_layouts_;  // per buffer, dp_reshardable param layout JSON
+  std::vector<Remap> remap_;  // UseSavedDpLayouts; loads through it when remapped_
+  std::vector<ShardedObject> consumed_;  // requested with remap_
+  bool remapped_ = false;
   std::vector<int64_t> step_ = std::vector<int64_t>(1, 0);  // heap: spans survive moves
 };
 

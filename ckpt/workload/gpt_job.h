@@ -83,6 +83,12 @@ nlohmann::json OptimizerMetadata(const OptimizerSpec& spec);
 // bytes each, before any tensor) and compares them with its own; all ranks
 // agree, so every rank returns the first failing rank's explanation.
 Status PrecheckBucketLayout(GptJob& job, const std::string& root, int64_t iteration);
+// dp_reshardable only: loads the checkpoint's param-layout objects (every
+// buffer's, a few KB) and hands them to the job's optimizer state
+// (DistOptimizerState::UseSavedDpLayouts), so that a load at another EP,
+// DP or bucket size reads each fragment from the saved bucket holding it. All
+// ranks agree: each returns the first failing rank's error.
+Status PrepareDpReshardableLoad(GptJob& job, const std::string& root, int64_t iteration);
 
 // The iteration a load of `iteration` (-1: latest) should ask for: itself
 // when >= 0, else LatestIteration (the newest committed iteration at or above
