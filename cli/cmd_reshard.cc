@@ -25,6 +25,7 @@ int Fail(const char* cmd, const Status& st) {
 }  // namespace
 
 int RunReshard(const ReshardFlags& f) {
+  if (f.rules.given() || f.req.to.empty()) return RunRuleReshard(f);  // any checkpoint, by rules
   workload::GptReshardRequest req = f.req;
   req.chunk_bytes = f.chunk_kb * 1024;
   auto r = workload::ReshardGptCheckpoint(req);
@@ -44,6 +45,7 @@ int RunReshard(const ReshardFlags& f) {
 }
 
 int RunPlan(const PlanFlags& f) {
+  if (f.rules.given() || (f.req.to.empty() && f.req.simulate.empty())) return RunRulePlan(f);  // by rules
   workload::LoadPlanRequest req = f.req;
   req.chunk_bytes = f.chunk_kb * 1024;
   auto plan = workload::PlanLoad(req);

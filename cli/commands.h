@@ -71,19 +71,32 @@ struct DiffFlags {
 };
 int RunDiff(const DiffFlags& f);  // cmd_fingerprint.cc
 
+// Target by rules (any checkpoint; ckpt/protocol/rule_reshard.h) instead of
+// a GPT layout (--to): --ranks N, --shard GLOB:axis=A:parts=P, --to-unsharded.
+struct RuleTargetFlags {
+  int ranks = 0;  // 0: not given
+  std::vector<std::string> shard;
+  bool to_unsharded = false;
+  bool given() const { return ranks > 0 || !shard.empty() || to_unsharded; }
+};
+
 struct ReshardFlags {
   workload::GptReshardRequest req;
+  RuleTargetFlags rules;
   int64_t chunk_kb = 4096;
   bool json = false;
 };
-int RunReshard(const ReshardFlags& f);  // cmd_reshard.cc
+int RunReshard(const ReshardFlags& f);      // cmd_reshard.cc
+int RunRuleReshard(const ReshardFlags& f);  // cmd_rule_reshard.cc
 
 struct PlanFlags {
   workload::LoadPlanRequest req;
+  RuleTargetFlags rules;
   int64_t chunk_kb = 4096;
   bool json = false;
 };
-int RunPlan(const PlanFlags& f);  // cmd_reshard.cc
+int RunPlan(const PlanFlags& f);      // cmd_reshard.cc
+int RunRulePlan(const PlanFlags& f);  // cmd_rule_reshard.cc
 
 struct ConvertFlags {
   std::string src, dst, to, layout = "tp=1", compression = "none", negative_control;

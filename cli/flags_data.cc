@@ -138,12 +138,24 @@ void RegisterLoad(CLI::App& app, int* exit_code) {
   cmd->callback([=]() { *exit_code = RunLoad(*f); });
 }
 
+// --ranks / --shard of reshard and plan: a target by per-key rules, for any
+// checkpoint (ckpt/protocol/rule_reshard.h).
+static void AddRuleTarget(CLI::App* cmd, RuleTargetFlags* f) {
+  cmd->add_option("--ranks", f->ranks, "target ranks of a by-rules layout (any checkpoint; default 1)");
+  cmd->add_option("--shard", f->shard,
+                  "KEY_GLOB:axis=A:parts=P: cut matching tensors into P parts along axis A (rank r holds part "
+                  "r % P; first matching rule wins; unmatched keys stay whole); repeatable");
+}
+
 void RegisterReshard(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("reshard", "Rewrite a checkpoint under another layout (offline, committed atomically)");
   auto f = std::make_shared<ReshardFlags>();
   cmd->add_option("src", f->req.src, "source checkpoint root")->required();
   cmd->add_option("dst", f->req.dst, "destination checkpoint root")->required();
-  cmd->add_option("--to", f->req.to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
+  cmd->add_option("--to", f->req.to, "target GPT layout, e.g. tp=2,pp=1,dp=1 (GPT checkpoints; else --ranks/--shard)");
+  AddRuleTarget(cmd, &f->rules);
+  cmd->add_flag("--to-unsharded", f->rules.to_unsharded,
+                "consolidate: one rank, every tensor whole (any checkpoint; same as --ranks 1 without --shard)");
   cmd->add_option("--iter", f->req.iteration,
                   "source iteration (default: the latest: the newest committed one at or above the tracker's)");
   cmd->add_option("--compress", f->req.compression, "none or zstd");
@@ -158,7 +170,8 @@ void RegisterPlan(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("plan", "Print the read plan of loading a checkpoint under another layout (no data read)");
   auto f = std::make_shared<PlanFlags>();
   cmd->add_option("root", f->req.root, "checkpoint root (or use --simulate)");
-  cmd->add_option("--to", f->req.to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
+  cmd->add_option("--to", f->req.to, "target GPT layout, e.g. tp=2,pp=1,dp=1 (GPT checkpoints; else --ranks/--shard)");
+  AddRuleTarget(cmd, &f->rules);
   cmd->add_option("--iter", f->req.iteration, kIterLatest);
   cmd->add_option("--simulate", f->req.simulate,
                   "plan a checkpoint of this GPT preset that was never written (e.g. llama70b)");
