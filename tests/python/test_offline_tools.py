@@ -72,7 +72,7 @@ def test_reshard_plan_consolidate_by_rules(tmp_path):
     cons = tmp_path / "whole"
     cli("reshard", dst, cons, "--to-unsharded")
     m = ckpt.inspect(cons)
-    assert len(m["files"]) == 1 and all(t["shards"] == 1 for t in m["tensors"].values()), m
+    assert m["files"] == 1 and all(t["shards"] == 1 for t in m["tensors"].values()), m
     check_same(cons, src, tensors)
 
 
@@ -80,7 +80,7 @@ def test_rule_errors_write_nothing(tmp_path):
     src = tmp_path / "src"
     python_checkpoint(src)
     out = cli("reshard", src, tmp_path / "x", "--ranks", 2, "--shard", "*:axis=1:parts=2", rc=2)
-    assert "step_counts" in out and "axis 1" in out, out
+    assert "'layer.b' of shape [30] has no axis 1" in out, out
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").glob("iter_*"))
     assert "parts do not divide" in cli("plan", src, "--ranks", 3, "--shard", "layer.w:axis=0:parts=2", rc=2)
     # The GPT preset still needs GPT metadata; the message names the way out.
