@@ -26,6 +26,7 @@ Status Fail(const char* cmd, const Status& st) {
 }  // namespace
 
 Status RunReshard(const ReshardFlags& f) {
+  if (f.rules.given() || f.req.to.empty()) return RunRuleReshard(f);  // any checkpoint, by rules
   workload::GptReshardRequest req = f.req;
   req.chunk_bytes = f.chunk_kb * 1024;
   // Counts the source's reads (the total is its files); the writes follow them.
@@ -51,6 +52,7 @@ Status RunReshard(const ReshardFlags& f) {
 }
 
 Status RunPlan(const PlanFlags& f) {
+  if (f.rules.given() || (f.req.to.empty() && f.req.simulate.empty())) return RunRulePlan(f);  // by rules
   workload::LoadPlanRequest req = f.req;
   req.chunk_bytes = f.chunk_kb * 1024;
   auto plan = workload::PlanLoad(req);

@@ -88,20 +88,33 @@ struct DiffFlags {
 };
 Status RunDiff(const DiffFlags& f);  // cmd_fingerprint.cc
 
+// Target by rules (any checkpoint; ckpt/protocol/rule_reshard.h) instead of
+// a GPT layout (--to): --ranks N, --shard GLOB:axis=A:parts=P, --to-unsharded.
+struct RuleTargetFlags {
+  int ranks = 0;  // 0: not given
+  std::vector<std::string> shard;
+  bool to_unsharded = false;
+  bool given() const { return ranks > 0 || !shard.empty() || to_unsharded; }
+};
+
 struct ReshardFlags {
   workload::GptReshardRequest req;
+  RuleTargetFlags rules;
   int64_t chunk_kb = 4096;
   bool json = false;
   bool no_progress = false;  // --no-progress (cli/progress.h)
 };
-Status RunReshard(const ReshardFlags& f);  // cmd_reshard.cc
+Status RunReshard(const ReshardFlags& f);      // cmd_reshard.cc
+Status RunRuleReshard(const ReshardFlags& f);  // cmd_rule_reshard.cc
 
 struct PlanFlags {
   workload::LoadPlanRequest req;
+  RuleTargetFlags rules;
   int64_t chunk_kb = 4096;
   bool json = false;
 };
-Status RunPlan(const PlanFlags& f);  // cmd_reshard.cc
+Status RunPlan(const PlanFlags& f);      // cmd_reshard.cc
+Status RunRulePlan(const PlanFlags& f);  // cmd_rule_reshard.cc
 
 struct ConvertFlags {
   std::string src, dst, to, layout = "tp=1", compression = "none", negative_control;

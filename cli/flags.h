@@ -15,6 +15,10 @@ namespace ckpt::cli {
 // checked by CheckTimeoutMillis (ckpt/base/timeout.h, the check the Python API
 // uses too); a refusal names the value, the accepted range and why.
 CLI::Option* AddTimeoutMs(CLI::App* cmd, int64_t* timeout_ms, const std::string& what);
+// The target of reshard and plan: --to (a GPT layout, GPT checkpoints) or, for any checkpoint,
+// --ranks/--shard per-key rules or --to-unsharded (ckpt/protocol/rule_reshard.h).
+struct RuleTargetFlags;  // cli/commands.h
+void AddTargetFlags(CLI::App* cmd, std::string* gpt_to, RuleTargetFlags* rules);
 // --json (help text `what`) and --no-progress (cli/progress.h: one updating line when stderr
 // is a terminal, JSON lines on stderr with --json, nothing when piped or with --no-progress).
 void AddJsonFlags(CLI::App* cmd, bool* json, bool* no_progress, const std::string& what);

@@ -125,7 +125,7 @@ void RegisterReshard(CLI::App& app, Status* outcome) {
   auto f = std::make_shared<ReshardFlags>();
   cmd->add_option("src", f->req.src, "source checkpoint root")->required();
   cmd->add_option("dst", f->req.dst, "destination checkpoint root")->required();
-  cmd->add_option("--to", f->req.to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
+  AddTargetFlags(cmd, &f->req.to, &f->rules);
   cmd->add_option("--iter", f->req.iteration, kIterLatest);
   cmd->add_option("--compress", f->req.compression, "none or zstd");
   cmd->add_option("--chunk-kb", f->chunk_kb, "target chunk size in KiB");
@@ -139,7 +139,7 @@ void RegisterPlan(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("plan", "Print the read plan of loading a checkpoint under another layout (no data read)");
   auto f = std::make_shared<PlanFlags>();
   cmd->add_option("root", f->req.root, "checkpoint root (or use --simulate)");
-  cmd->add_option("--to", f->req.to, "target layout, e.g. tp=2,pp=1,dp=1")->required();
+  AddTargetFlags(cmd, &f->req.to, &f->rules);
   cmd->add_option("--iter", f->req.iteration, kIterLatest);
   cmd->add_option("--simulate", f->req.simulate,
                   "plan a checkpoint of this GPT preset that was never written (e.g. llama70b)");

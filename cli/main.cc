@@ -45,6 +45,16 @@ CLI::Option* AddTimeoutMs(CLI::App* cmd, int64_t* timeout_ms, const std::string&
       ->check(CLI::Validator(check, "MS", "timeout"));
 }
 
+void AddTargetFlags(CLI::App* cmd, std::string* gpt_to, RuleTargetFlags* rules) {
+  cmd->add_option("--to", *gpt_to, "target GPT layout, e.g. tp=2,pp=1,dp=1 (GPT checkpoints; else --ranks/--shard)");
+  cmd->add_option("--ranks", rules->ranks, "target ranks of a by-rules layout (any checkpoint; default 1)");
+  cmd->add_option("--shard", rules->shard,
+                  "KEY_GLOB:axis=A:parts=P: cut matching tensors into P parts along axis A (rank r holds part "
+                  "r % P; first matching rule wins; unmatched keys stay whole); repeatable");
+  cmd->add_flag("--to-unsharded", rules->to_unsharded,
+                "consolidate: one rank, every tensor whole (any checkpoint; same as --ranks 1 without --shard)");
+}
+
 void AddJsonFlags(CLI::App* cmd, bool* json, bool* no_progress, const std::string& what) {
   cmd->add_flag("--json", *json, what);
   cmd->add_flag("--no-progress", *no_progress,

@@ -21,9 +21,11 @@
 //  - ExportTorch: the whole checkpoint as one torch.save file (zip format,
 //    torch_save.h) that torch.load opens without ckpt: a dict of every
 //    tensor key (MCore's names, global tensors, vocab padding stripped unless
-//    keep_vocab_padding) plus one-cell objects (`_extra_state` -> None, JSON
-//    blobs -> str, others -> bytes). Per-rank objects (multi-cell grids other
-//    than _extra_state) are layout-bound and left out (counted in stats).
+//    keep_vocab_padding) plus one-cell objects (`_extra_state` -> None, UTF-8
+//    blobs such as JSON -> str, others - e.g. the Python API's pickles ->
+//    1-D torch.uint8 tensors of their bytes, so torch.load(weights_only=True)
+//    reads the file). Per-rank objects (multi-cell grids other than
+//    _extra_state) are layout-bound and left out (counted in stats).
 //
 // Errors name the file and tensor: kNotFound (missing file or tensor),
 // kInvalidArgument (config/shape/architecture), kUnimplemented (dtype or

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <vector>
 
 #include "ckpt/base/created_dirs.h"
 #include "ckpt/convert/checkpoint_rows.h"
@@ -34,7 +35,11 @@ int64_t ExportRows(const ShardedTensor& meta, const Manifest& m, bool keep_paddi
   return std::min(saved, gpt["vocab_size"].get<int64_t>());
 }
 
-Status AddObjects(CheckpointRows& src, TorchSaveWriter& w, ConvertStats* stats) {
+// Adds the one-cell objects; blobs that are not UTF-8 text go into *blobs, to
+// be written as uint8 tensors after the checkpoint's (weights_only allows no
+// bytes objects).
+Status AddObjects(CheckpointRows& src, TorchSaveWriter& w, ConvertStats* stats,
+                  std::vector<std::vector<std::byte>>* blobs) {
   std::map<std::string, std::vector<const ManifestObject*>> by_key;
   for (const ManifestObject& o : src.manifest().objects) by_key[o.meta.key].push_back(&o);
   for (const auto& [key, cells] : by_key) {
@@ -48,7 +53,10 @@ Status AddObjects(CheckpointRows& src, TorchSaveWriter& w, ConvertStats* stats) 
     }
     CKPT_ASSIGN_OR_RETURN(std::vector<std::byte> blob, src.ReadObject(*cells.front()));
     if (ValidUtf8(blob)) w.AddString(key, std::string(reinterpret_cast<const char*>(blob.data()), blob.size()));
-    else w.AddBytes(key, blob);
+    else {
+      w.AddTensor(key, DType::kUInt8, {int64_t(blob.size())});
+      blobs->push_back(std::move(blob));
+    }
   }
   return Status::Ok();
 }
@@ -75,7 +83,8 @@ Result<ConvertStats> ExportInto(const TorchExportOptions& o, Env* env, CreatedDi
     w->AddTensor(key, meta->dtype, shape);
     plan.push_back({key, meta, rows});
   }
-  CKPT_RETURN_IF_ERROR(AddObjects(*src, *w, &stats));
+  std::vector<std::vector<std::byte>> blobs;  // tensors plan.size(), plan.size() + 1, ...
+  CKPT_RETURN_IF_ERROR(AddObjects(*src, *w, &stats, &blobs));
   CKPT_RETURN_IF_ERROR(w->Start());
   std::vector<std::byte> block;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -92,6 +101,11 @@ Result<ConvertStats> ExportInto(const TorchExportOptions& o, Env* env, CreatedDi
       stats.bytes_written += int64_t(block.size());
       stats.peak_buffer_bytes = std::max(stats.peak_buffer_bytes, int64_t(block.size()) + src->cache_bytes());
     }
+    CKPT_RETURN_IF_ERROR(w->EndTensor());
+  }
+  for (size_t j = 0; j < blobs.size(); ++j) {
+    CKPT_RETURN_IF_ERROR(w->BeginTensor(plan.size() + j));
+    CKPT_RETURN_IF_ERROR(w->Append(blobs[j]));
     CKPT_RETURN_IF_ERROR(w->EndTensor());
   }
   CKPT_RETURN_IF_ERROR(w->Finish());

@@ -101,20 +101,6 @@ void PickleTensor(std::string* p, size_t storage, DType t, const Shape& shape) {
   p->push_back('R');
 }
 
-std::string Latin1AsUtf8(const std::vector<std::byte>& b) {
-  std::string s;
-  for (std::byte x : b) {
-    const unsigned c = unsigned(x);
-    if (c < 0x80) {
-      s.push_back(char(c));
-    } else {
-      s.push_back(char(0xC0 | (c >> 6)));
-      s.push_back(char(0x80 | (c & 0x3F)));
-    }
-  }
-  return s;
-}
-
 // ---- zip records ----
 std::string LocalHeader(const std::string& name, uint64_t offset, uint64_t size, bool zip64) {
   std::string h;
@@ -238,16 +224,6 @@ void TorchSaveWriter::AddNone(const std::string& key) {
 void TorchSaveWriter::AddString(const std::string& key, const std::string& value) {
   PickleStr(&pickle_, key);
   PickleStr(&pickle_, value);
-}
-
-void TorchSaveWriter::AddBytes(const std::string& key, const std::vector<std::byte>& value) {
-  PickleStr(&pickle_, key);
-  PickleGlobal(&pickle_, "_codecs", "encode");  // how Python pickles bytes in protocol 2
-  pickle_.push_back('(');
-  PickleStr(&pickle_, Latin1AsUtf8(value));
-  PickleStr(&pickle_, "latin1");
-  pickle_.push_back('t');
-  pickle_.push_back('R');
 }
 
 Status TorchSaveWriter::BeginEntry(const std::string& name, uint64_t size) {

@@ -13,8 +13,9 @@
 //                      pickles them;
 //   archive/data/<i>   storage i's raw little-endian bytes;
 //   archive/byteorder  "little";   archive/version  "3".
-// Values: tensors (any ckpt dtype, contiguous), None, str, bytes (pickled as
-// Python does in protocol 2: _codecs.encode(latin-1 text)).
+// Values: tensors (any ckpt dtype, contiguous), None, str: only what torch's
+// weights_only unpickler allows (torch 1.13 refuses bytes, _codecs.encode), so
+// torch.load(path, weights_only=True) reads every file written.
 //
 // Use: Add* every entry (the pickle is written by Start), then for each
 // tensor in Add order BeginTensor / Append (its bytes in order) / EndTensor,
@@ -45,7 +46,6 @@ class TorchSaveWriter {
   void AddTensor(const std::string& key, DType dtype, const Shape& shape);
   void AddNone(const std::string& key);
   void AddString(const std::string& key, const std::string& value);
-  void AddBytes(const std::string& key, const std::vector<std::byte>& value);
 
   Status Start();                                // writes data.pkl
   Status BeginTensor(size_t tensor_index);       // tensors in Add order: 0, 1, ...

@@ -21,7 +21,9 @@ Result<SavedModel> ReadSavedModel(const std::string& root, int64_t iteration) {
   CKPT_ASSIGN_OR_RETURN(s.manifest, ReadManifest(DefaultEnv(), root, iteration));
   if (!s.manifest.metadata.contains("gpt"))
     return Status::InvalidArgument("checkpoint under '" + root +
-                                   "' records no GPT config in its metadata: the layout rules of its tensors are unknown");
+                                   "' records no GPT config in its metadata: the layout rules of its tensors are unknown; "
+                                   "give the target sharding per key instead (ckpt plan/reshard --ranks N "
+                                   "--shard KEY_GLOB:axis=A:parts=P, or --to-unsharded)");
   CKPT_ASSIGN_OR_RETURN(s.model, reshard::GptConfigFromJson(s.manifest.metadata["gpt"]));
   return s;
 }
