@@ -101,15 +101,7 @@ void PrintText(const GptJob& j, const json& out, const JobFlags& f) {
 // Checks the values (unless --no-check), gathers every rank's figures and prints.
 Status Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload::LoadMemory& mem, double secs) {
   GptJob& j = *l.job;
-  for (const std::string& why : r.skipped)
-    if (j.rank() == 0)
-      std::fprintf(stderr, "ckpt load: warning: loaded iteration %lld, not %s: skipped %s\n",
-                   static_cast<long long>(r.iteration),
-                   f.iteration < 0 ? "the latest" : std::to_string(f.iteration).c_str(), why.c_str());
-  for (const auto* keys : {&r.missing_keys, &r.unexpected_keys})
-    for (const auto& k : *keys)
-      Print0(j, "load  %s key (strict %s): %s\n", keys == &r.missing_keys ? "missing" : "unexpected",
-             f.strict.c_str(), k.c_str());
+  PrintLoadWarnings(j, f, r);
   int64_t mismatches = 0, opt_bad = 0;
   std::string first_bad;
   if (!f.no_check) {
@@ -157,10 +149,8 @@ Status Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload:
   }
   // What was loaded and skipped: the iteration asked for (-1: latest), those
   // passed over with why (a --fallback, a lagging tracker), keys not loaded.
-  out["requested_iteration"] = f.iteration;
-  out["skipped"] = r.skipped;
-  out["missing_keys"] = r.missing_keys;
-  out["unexpected_keys"] = r.unexpected_keys;
+  out.update({{"requested_iteration", f.iteration}, {"skipped", r.skipped}, {"missing_keys", r.missing_keys},
+              {"unexpected_keys", r.unexpected_keys}});
   if (f.json)
     Print0(j, "%s\n", out.dump().c_str());
   else

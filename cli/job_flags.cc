@@ -8,6 +8,19 @@
 
 namespace ckpt::cli {
 
+void PrintLoadWarnings(const GptJob& j, const JobFlags& f, const LoadStats& r) {
+  if (j.rank() != 0) return;
+  for (const std::string& why : r.skipped)
+    std::fprintf(stderr, "ckpt load: warning: loaded iteration %lld, not %s: skipped %s\n",
+                 static_cast<long long>(r.iteration),
+                 f.iteration < 0 ? "the latest" : std::to_string(f.iteration).c_str(), why.c_str());
+  for (const auto* keys : {&r.missing_keys, &r.unexpected_keys})
+    for (const auto& k : *keys)
+      std::printf("load  %s key (strict %s): %s\n", keys == &r.missing_keys ? "missing" : "unexpected",
+                  f.strict.c_str(), k.c_str());
+  std::fflush(stdout);
+}
+
 Status Fail(const char* cmd, int rank, const Status& st) {
   if (rank < 0)  // before the job knows its rank: say none rather than "rank -1"
     std::fprintf(stderr, "ckpt %s: %s\n", cmd, st.ToString().c_str());

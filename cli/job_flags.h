@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ckpt/base/comm.h"
+#include "ckpt/protocol/checkpoint.h"
 #include "cli/gpt_job.h"
 
 namespace ckpt::cli {
@@ -32,6 +33,11 @@ Status RunLoad(const JobFlags& f);
 // Prints "ckpt <cmd>: rank <r>: <status>" ("ckpt <cmd>: <status>" for a
 // rank < 0: not known yet) and returns st.
 Status Fail(const char* cmd, int rank, const Status& st);
+
+// Rank 0 of a load prints what it passed over (stderr: the iterations
+// skipped by --fallback or a lagging tracker, and why) and the keys the strict
+// mode let through unloaded (stdout).
+void PrintLoadWarnings(const GptJob& j, const JobFlags& f, const LoadStats& r);
 
 // The communicator whose ranks share load reads (load_share.h): "dp" = ranks
 // with the same TP and PP coordinates, "job" = every rank, "none" = nullptr.
