@@ -32,17 +32,12 @@ struct LoadJob {
 Status Prepare(const JobFlags& f, LoadJob& l, int64_t iteration, bool* reported) {
   GptJob& j = *l.job;
   CKPT_RETURN_IF_ERROR(ApplyNaiveFc1(f, j));
-  if (l.spec.format == reshard::OptimizerFormat::kBucketSpace) {
-    Status pre = PrecheckBucketLayout(j, f.root, iteration);
-    if (!pre.ok() && j.rank() == 0) Fail("load", 0, pre).IgnoreError();
-    *reported = !pre.ok();
-    CKPT_RETURN_IF_ERROR(pre);
-  }
-  if (l.spec.format == reshard::OptimizerFormat::kDpReshardable) {
-    Status pre = PrepareDpReshardableLoad(j, f.root, iteration);
-    if (!pre.ok()) *rc = j.rank() == 0 ? Fail("load", 0, pre) : kExitError;
-    CKPT_RETURN_IF_ERROR(pre);
-  }
+  Status pre;  // agreed by every rank; rank 0 reports it
+  if (l.spec.format == reshard::OptimizerFormat::kBucketSpace) pre = PrecheckBucketLayout(j, f.root, iteration);
+  if (l.spec.format == reshard::OptimizerFormat::kDpReshardable) pre = PrepareDpReshardableLoad(j, f.root, iteration);
+  if (!pre.ok() && j.rank() == 0) Fail("load", 0, pre).IgnoreError();
+  *reported = !pre.ok();
+  CKPT_RETURN_IF_ERROR(pre);
   l.o.root = f.root;
   l.o.iteration = f.iteration;  // -1: the loader resolves "latest" and notes newer iterations it skips
   l.o.comm = j.comm.get();
