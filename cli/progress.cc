@@ -1,6 +1,7 @@
 // CliProgress and its terminal and JSON-lines sinks: see cli/progress.h.
 #include "cli/progress.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -53,13 +54,22 @@ class JsonLinesSink final : public ProgressSink {
   }
 };
 
+// Whether stdout and stderr are one file (`2>&1`, a shared pipe): then JSON
+// progress lines would interleave with the --json document on stdout.
+bool StderrIsStdout() {
+  struct stat out {}, err {};
+  return fstat(STDOUT_FILENO, &out) == 0 && fstat(STDERR_FILENO, &err) == 0 && out.st_dev == err.st_dev &&
+         out.st_ino == err.st_ino;
+}
+
 }  // namespace
 
 CliProgress::CliProgress(std::string op, bool json, bool off, int rank, Env* target, bool count_writes,
                          std::string file_suffix)
     : target_(target), progress_(std::move(op)) {
   if (off || rank != 0) return;
-  if (json) sink_ = std::make_unique<JsonLinesSink>();
+  if (json && !StderrIsStdout()) sink_ = std::make_unique<JsonLinesSink>();
+  else if (json) return;  // merged into the JSON document's stream: keep stdout parseable
   else if (isatty(STDERR_FILENO)) sink_ = std::make_unique<TerminalSink>();
   else return;  // piped: quiet
   progress_.SetPhase(count_writes ? "write" : "read");  // what the byte counts measure

@@ -7,7 +7,8 @@
 //    "phase", "bytes_done", "bytes_total", "files_done", "files_total",
 //    "elapsed_s", "rate", "eta_s", "final"}; bytes_done never decreases and
 //    the last event ("final": true) has bytes_done == bytes_total. stdout's
-//    JSON report is unchanged;
+//    JSON report is unchanged; none when stderr is stdout's file (`2>&1`),
+//    so a merged stream stays one parseable JSON document;
 //  - otherwise (piped, redirected) and with --no-progress: nothing.
 // Under mpirun only rank 0 reports, its own share (no collective is added).
 // CKPT_PROGRESS_INTERVAL_MS overrides the 500 ms throttle (tests).
