@@ -151,7 +151,7 @@ def case_lagging(ckpt, scratch, args):
     rc, out, err, _, _ = run([ckpt, "verify", root, "--iter", "1"])
     expect(rc == 0, "lagging: verify --iter 1 exits 0 (rc %s)" % rc, out + err)
     rc, out, err, _, _ = run([ckpt, "load", "--root", root, "--json"])
-    expect(rc == 0 and re.search(r"warning: skipped newer iter_0000002", err),
+    expect(rc == 0 and re.search(r"warning: loaded iteration 1, not the latest: skipped newer iter_0000002", err),
            "lagging: load loads 1 and warns that it skipped the newer iter_0000002 (rc %s)" % rc, out + err)
 
 
