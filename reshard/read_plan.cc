@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -226,6 +227,19 @@ Result<ReadPlan> PlanReads(const std::vector<SavedShard>& saved,
     plan.requests.push_back(std::move(rp));
   }
   return plan;
+}
+
+int64_t UnionStoredBytes(const std::set<const ReadPlan*>& plans, const std::vector<SavedShard>& saved) {
+  std::set<std::pair<int, int64_t>> chunks;
+  for (const auto* p : plans)
+    for (const auto& rp : p->requests)
+      for (const auto& cr : rp.reads) chunks.insert({cr.saved_shard, cr.chunk});
+  int64_t n = 0;
+  for (const auto& [s, c] : chunks) {
+    const auto& stored = saved[size_t(s)].chunk_stored_bytes;
+    n += size_t(c) < stored.size() ? stored[size_t(c)] : 0;
+  }
+  return n;
 }
 
 }  // namespace ckpt::reshard

@@ -71,4 +71,9 @@ struct ReadPlan {
 Result<ReadPlan> PlanReads(const std::vector<SavedShard>& saved,
                            const std::vector<ShardedTensor>& requests);
 
+// Stored bytes of the distinct chunks the given plans read together (what a
+// group of readers sharing reads, or one writer rank of an offline reshard,
+// reads from disk); a chunk index outside its shard's list counts 0.
+int64_t UnionStoredBytes(const std::set<const ReadPlan*>& plans, const std::vector<SavedShard>& saved);
+
 }  // namespace ckpt::reshard

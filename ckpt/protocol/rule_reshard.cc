@@ -89,16 +89,6 @@ class RuleRankState final : public RankState {
   ShardedStateDict dict_;
 };
 
-int64_t UnionBytes(const std::set<const reshard::ReadPlan*>& plans, const std::vector<reshard::SavedShard>& shards) {
-  std::set<std::pair<int, int64_t>> chunks;
-  for (const auto* p : plans)
-    for (const auto& rp : p->requests)
-      for (const auto& cr : rp.reads) chunks.insert({cr.saved_shard, cr.chunk});
-  int64_t n = 0;
-  for (const auto& [s, c] : chunks)
-    n += size_t(c) < shards[size_t(s)].chunk_stored_bytes.size() ? shards[size_t(s)].chunk_stored_bytes[size_t(c)] : 0;
-  return n;
-}
 
 }  // namespace
 
@@ -181,7 +171,7 @@ Result<json> PlanByRules(const std::string& root, int64_t iteration, const RuleL
   json out = {{"from", m.layout}, {"to", layout.ToJson()}, {"ranks", layout.ranks},
               {"bytes_read_total", total}, {"bytes_read_max_rank", mx}, {"bytes_read_min_rank", mn},
               {"bytes_read_total_share_job",
-               UnionBytes(std::set<const reshard::ReadPlan*>(of_rank.begin(), of_rank.end()), shards)},
+               reshard::UnionStoredBytes(std::set<const reshard::ReadPlan*>(of_rank.begin(), of_rank.end()), shards)},
               {"checkpoint_bytes", m.TotalStoredBytes()}, {"distinct_plans", distinct.size()},
               {"saved_shards", shards.size()},
               {"plan_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};

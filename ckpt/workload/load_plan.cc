@@ -76,17 +76,6 @@ Result<SavedModel> SavedForPlan(const LoadPlanRequest& req, std::vector<reshard:
   return saved;
 }
 
-// Stored bytes of the distinct chunks the given plans read together: what a
-// read-sharing group (load_share.h) reads from disk.
-int64_t UnionBytes(const std::set<const reshard::ReadPlan*>& plans, const std::vector<reshard::SavedShard>& shards) {
-  std::set<std::pair<int, int64_t>> chunks;
-  for (const auto* p : plans)
-    for (const auto& rp : p->requests)
-      for (const auto& cr : rp.reads) chunks.insert({cr.saved_shard, cr.chunk});
-  int64_t n = 0;
-  for (const auto& [s, c] : chunks) n += shards[s].chunk_stored_bytes[c];
-  return n;
-}
 
 // Every target rank's plan; ranks requesting identical descriptors (DP
 // replicas) share one.
@@ -145,9 +134,9 @@ Result<json> PlanLoad(const LoadPlanRequest& req) {
     mn = std::min(mn, plan->bytes_read);
   }
   int64_t dp_shared = 0;
-  for (const auto& [color, group] : dp_groups) dp_shared += UnionBytes(group, shards);
+  for (const auto& [color, group] : dp_groups) dp_shared += reshard::UnionStoredBytes(group, shards);
   const std::set<const reshard::ReadPlan*> all(plans.of_rank.begin(), plans.of_rank.end());
-  json out = {{"bytes_read_total_share_dp", dp_shared}, {"bytes_read_total_share_job", UnionBytes(all, shards)},
+  json out = {{"bytes_read_total_share_dp", dp_shared}, {"bytes_read_total_share_job", reshard::UnionStoredBytes(all, shards)},
               {"from", saved.manifest.layout}, {"to", target.ToString()}, {"ranks", target.world_size()},
               {"bytes_read_total", total}, {"bytes_read_max_rank", mx}, {"bytes_read_min_rank", mn},
               {"checkpoint_bytes", saved.manifest.TotalStoredBytes()}, {"distinct_plans", plans.distinct.size()},
