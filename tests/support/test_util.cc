@@ -1,8 +1,10 @@
 #include "support/test_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 
 namespace ckpt::testing {
@@ -14,6 +16,17 @@ std::string ScratchDir(const std::string& name) {
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();
+}
+
+CmdResult RunCkpt(const std::string& args) {
+  const std::string cmd = std::string(CKPT_BINARY_DIR) + "/cli/ckpt " + args + " 2>&1";
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 }  // namespace ckpt::testing

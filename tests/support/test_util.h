@@ -1,4 +1,4 @@
-// Shared helpers for tests: scratch directories under the build tree.
+// Shared helpers for tests: scratch directories under the build tree, the built command.
 #pragma once
 
 #include <string>
@@ -7,5 +7,14 @@ namespace ckpt::testing {
 
 // A fresh empty directory, unique per call, removed at exit only if the test passed.
 std::string ScratchDir(const std::string& name);
+
+// The built `ckpt` command (CKPT_BINARY_DIR/cli/ckpt) run with `args` (a
+// shell fragment): its exit code (-1 if it did not exit) and its stdout with
+// stderr merged in.
+struct CmdResult {
+  int code = -1;
+  std::string out;
+};
+CmdResult RunCkpt(const std::string& args);
 
 }  // namespace ckpt::testing

@@ -20,21 +20,8 @@ namespace {
 using testing::Desc;
 using testing::OwnedState;
 
-struct CmdResult {
-  int code = -1;
-  std::string out;
-};
-
-CmdResult Ckpt(const std::string& args) {
-  std::string cmd = std::string(CKPT_BINARY_DIR) + "/cli/ckpt " + args + " 2>&1";
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::CmdResult;
+CmdResult Ckpt(const std::string& args) { return testing::RunCkpt(args); }
 
 std::string MakeCheckpoint() {
   const std::string root = testing::ScratchDir("cli");

@@ -258,21 +258,8 @@ TEST(FingerprintTest, UlpDistance) {
   EXPECT_EQ(UlpDistance(DType::kInt64, reinterpret_cast<std::byte*>(&i), reinterpret_cast<std::byte*>(&j)), 12u);
 }
 
-struct CmdResult {
-  int code = -1;
-  std::string out;
-};
-
-CmdResult Ckpt(const std::string& args) {
-  std::string cmd = std::string(CKPT_BINARY_DIR) + "/cli/ckpt " + args + " 2>&1";
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::CmdResult;
+CmdResult Ckpt(const std::string& args) { return testing::RunCkpt(args); }
 
 TEST(FingerprintTest, CliExitCodesAndOutput) {
   const std::string a = SaveGpt("fp_cli_a", "tp=2");
