@@ -89,6 +89,10 @@ def serve(conn, upstream, rules):
             return
         method, path = head.split(" ", 2)[:2]
         n = content_length(head)
+        if re.search(r"(?im)^expect:\s*100-continue", head):
+            # Answer the client's Expect ourselves; the upstream gets the body at once.
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            head = "\r\n".join(l for l in head.split("\r\n") if not l.lower().startswith("expect:"))
         # Every rule counts every request it matches; the first that fires acts.
         fired = [r.action for r in rules if r.hit(method, path)]
         action = fired[0] if fired else None

@@ -66,9 +66,9 @@ Status WaitPort(int port, pid_t pid, const std::string& what, int seconds) {
 
 std::string S3rverPath() {
   if (const char* p = std::getenv("CKPT_S3RVER")) return p;
-  for (std::string p : {"/opt/ckpt-tools/node_modules/.bin/s3rver"})
-    if (access(p.c_str(), X_OK) == 0) return p;
-  return "";
+  const char* tools = std::getenv("CKPT_TOOLS_DIR");  // as scripts/install_s3_servers.sh
+  const std::string p = std::string(tools ? tools : "/opt/ckpt-tools") + "/node_modules/.bin/s3rver";
+  return access(p.c_str(), X_OK) == 0 ? p : "";
 }
 
 }  // namespace

@@ -157,7 +157,9 @@ Result<HttpResponse> HttpClient::Attempt(void* handle, const HttpRequest& req, i
   // The payload is not hashed into the signature (curl takes this header's
   // value as the payload hash); chunk SHA-256s in the manifest cover it.
   headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-  headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+  // No "Expect:" override here: curl signs every header in this list, even
+  // one that only removes a header, and the server then sees a different set
+  // (SignatureDoesNotMatch on servers that check).
   for (const auto& line : req.headers) headers = curl_slist_append(headers, line.c_str());
   std::string range;
   if (req.has_range) {
