@@ -67,6 +67,7 @@ using StepHook = std::function<Status(std::string_view step, int rank)>;
 //  - Destroying it without Publish or Abandon is what a crash does: the lease
 //    ends, the staged bytes stay, and a later Stage of any iteration removes
 //    them (they are abandoned). Nothing staged is ever visible to readers.
+//  - It stays valid after the Storage that made it is destroyed.
 class StagedSave {
  public:
   virtual ~StagedSave() = default;
@@ -110,9 +111,13 @@ class Storage {
   // whose lease nobody holds; live ones are left alone), then refuses
   //  - an iteration that exists (kAlreadyExists naming it),
   //  - a live save of the same iteration (kAlreadyExists naming its owner),
-  // creates the root if needed and a fresh staging area, and returns it with
-  // its lease held. Runs no hook (the caller runs "begin").
-  virtual Result<std::unique_ptr<StagedSave>> Stage(int64_t iteration) = 0;
+  // then runs `precheck` (if given: the caller's own refusal, e.g. of an
+  // iteration older than the newest listed; its error is returned and
+  // nothing is created), creates the root if needed and a fresh staging
+  // area, and returns it with its lease held. Runs no hook (the caller runs
+  // "begin").
+  virtual Result<std::unique_ptr<StagedSave>> Stage(int64_t iteration,
+                                                    const std::function<Status()>& precheck = nullptr) = 0;
 
   // Iterations visible under the root, ascending. A published iteration is
   // listed from the moment Publish passed its commit point; a staged one
