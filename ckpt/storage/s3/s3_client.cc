@@ -38,9 +38,10 @@ Status S3Client::CreateBucket(const std::string& bucket) {
 }
 
 Status S3Client::PutObject(const std::string& bucket, const std::string& key, std::span<const std::byte> data,
-                           bool if_none_match) {
+                           bool if_none_match, const std::map<std::string, std::string>& meta) {
   HttpRequest req = Req("PUT", ObjPath(bucket, key), data);
   if (if_none_match) req.headers.push_back("If-None-Match: *");
+  for (const auto& [name, value] : meta) req.headers.push_back("x-amz-meta-" + name + ": " + value);
   return Call(std::move(req)).status();
 }
 
@@ -67,7 +68,7 @@ Status S3Client::GetRange(const std::string& bucket, const std::string& key, uin
 
 Result<ObjectInfo> S3Client::Head(const std::string& bucket, const std::string& key) {
   CKPT_ASSIGN_OR_RETURN(HttpResponse resp, Call(Req("HEAD", ObjPath(bucket, key))));
-  return ObjectInfo{key, static_cast<uint64_t>(std::max<int64_t>(resp.content_length, 0)), resp.etag};
+  return ObjectInfo{key, static_cast<uint64_t>(std::max<int64_t>(resp.content_length, 0)), resp.etag, resp.meta};
 }
 
 Result<std::vector<ObjectInfo>> S3Client::List(const std::string& bucket, const std::string& prefix) {
@@ -79,7 +80,7 @@ Result<std::vector<ObjectInfo>> S3Client::List(const std::string& bucket, const 
     q += "list-type=2&prefix=" + EncodeQuery(prefix);
     CKPT_ASSIGN_OR_RETURN(HttpResponse resp, Call(Req("GET", "/" + EncodeQuery(bucket) + "?" + q)));
     for (std::string_view c : XmlAll(resp.body, "Contents")) {
-      out.push_back({XmlFirst(c, "Key"), std::stoull("0" + XmlFirst(c, "Size")), XmlFirst(c, "ETag")});
+      out.push_back({XmlFirst(c, "Key"), std::stoull("0" + XmlFirst(c, "Size")), XmlFirst(c, "ETag"), {}});
     }
     if (XmlFirst(resp.body, "IsTruncated") != "true") return out;
     token = XmlFirst(resp.body, "NextContinuationToken");

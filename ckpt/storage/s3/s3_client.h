@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,6 +29,7 @@ struct ObjectInfo {
   std::string key;
   uint64_t size = 0;
   std::string etag;
+  std::map<std::string, std::string> meta;  // user metadata (x-amz-meta-*), Head only
 };
 
 struct UploadInfo {
@@ -46,7 +48,7 @@ class S3Client {
 
   Status CreateBucket(const std::string& bucket);  // OK when it exists and is ours
   Status PutObject(const std::string& bucket, const std::string& key, std::span<const std::byte> data,
-                   bool if_none_match = false);
+                   bool if_none_match = false, const std::map<std::string, std::string>& meta = {});
   Result<std::string> GetObject(const std::string& bucket, const std::string& key);
   Status GetRange(const std::string& bucket, const std::string& key, uint64_t offset, std::span<std::byte> dst);
   Result<ObjectInfo> Head(const std::string& bucket, const std::string& key);

@@ -82,6 +82,7 @@ size_t OnHeader(char* src, size_t size, size_t n, void* user) {
   while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
     value.remove_suffix(1);
   if (name == "etag") t->resp->etag = std::string(value);
+  if (name.rfind("x-amz-meta-", 0) == 0) t->resp->meta[name.substr(11)] = std::string(value);
   if (name == "content-length") t->resp->content_length = std::atoll(std::string(value).c_str());
   return size * n;
 }

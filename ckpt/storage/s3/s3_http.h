@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -47,6 +48,7 @@ struct HttpResponse {
   std::string body;   // error bodies always land here
   std::string etag;   // ETag header, quotes kept
   int64_t content_length = -1;
+  std::map<std::string, std::string> meta;  // x-amz-meta-<name> headers, name lower case
   size_t sink_bytes = 0;
   int attempts = 0;
 };
