@@ -9,6 +9,8 @@
 
 #include "ckpt/storage/s3/s3_client.h"
 #include "ckpt/storage/s3/s3_multipart.h"
+#include "ckpt/storage/s3/s3_storage.h"
+#include "support/test_util.h"
 #include "support/s3_server.h"
 
 namespace ckpt::s3 {
@@ -108,6 +110,27 @@ TEST_F(RadosgwTest, FailedUploadLeavesNoPartsAndAbandonedOnesAreListed) {
   ASSERT_TRUE(c.AbortMultipart(kBucket, (*uploads)[0].key, (*uploads)[0].upload_id).ok());
   EXPECT_TRUE(c.ListMultipart(kBucket, "mp/")->empty());
   EXPECT_EQ(c.Head(kBucket, "mp/killed").status().code(), Code::kNotFound);
+}
+
+// Another writer's manifest arrived first: the conditional PUT (412) refuses
+// to replace it, and the first commit stays as it was.
+TEST_F(RadosgwTest, StorageCommitNeverReplacesAnotherWritersManifest) {
+  S3StorageOptions o;
+  o.spool_env = DefaultEnv();
+  o.spool_dir = testing::ScratchDir("rgw_spool");
+  auto s = OpenS3Storage("s3://ckpt-rgw/run", server_->Config(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto staged = (*s)->Stage(3);
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  S3Client c(server_->Config());
+  ASSERT_TRUE(c.PutObject(kBucket, "run/iter_0000003/manifest.json", Pattern(50, 7)).ok());
+  bool published = true;
+  Status st = (*staged)->Publish("{\"mine\":1}", nullptr, &published);
+  EXPECT_EQ(st.code(), Code::kAlreadyExists) << st.ToString();
+  EXPECT_FALSE(published);
+  auto got = c.GetObject(kBucket, "run/iter_0000003/manifest.json");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->size(), 50u) << "the other writer's manifest was replaced";
 }
 
 TEST_F(RadosgwTest, MultipartRoundTrip) {

@@ -55,9 +55,9 @@ class S3StorageImpl;
 class S3StagedSave : public StagedSave {
  public:
   S3StagedSave(std::shared_ptr<S3Client> c, std::string bucket, std::string prefix, std::string url, int64_t n,
-               std::string nonce, bool conditional)
+               std::string nonce, int64_t expiry_ms, bool conditional)
       : c_(std::move(c)), bucket_(std::move(bucket)), prefix_(std::move(prefix)), url_(std::move(url)), n_(n),
-        nonce_(std::move(nonce)), conditional_(conditional) {
+        nonce_(std::move(nonce)), expiry_ms_(expiry_ms), conditional_(conditional) {
     dir_ = url_ + "/" + IterName(n_) + "." + nonce_;
   }
   ~S3StagedSave() override {
@@ -71,6 +71,7 @@ class S3StagedSave : public StagedSave {
     for (const char* step : {"manifest_write", "manifest_rename", "dir_rename"})
       if (hook) CKPT_RETURN_IF_ERROR(hook(step, 0));
     const std::string mkey = Key(IterName(n_) + "/manifest.json");
+    CKPT_RETURN_IF_ERROR(CheckLease());
     if (!conditional_) {  // the documented limit: check, then put
       auto head = c_->Head(bucket_, mkey);
       if (head.ok()) return Exists();
@@ -91,6 +92,20 @@ class S3StagedSave : public StagedSave {
     Status st = RemovePrefix(*c_, bucket_, Key(IterName(n_) + "." + nonce_ + "/"));
     Status lease = c_->Delete(bucket_, Key(".lease/" + IterName(n_)));
     return st.ok() ? lease : st;
+  }
+
+  // A save past its lease may already be cleaned up by another writer: it
+  // must not commit (its data prefix may be gone). The lease object must
+  // still be ours, and its expiry not passed.
+  Status CheckLease() const {
+    const std::string where = url_ + "/.lease/" + IterName(n_);
+    if (NowMs() >= expiry_ms_)
+      return Status::Timeout(where + ": the save outlived its lease; not committing iteration " + std::to_string(n_));
+    auto text = c_->GetObject(bucket_, Key(".lease/" + IterName(n_)));
+    if (!text.ok() || Lease::Parse(*text).nonce != nonce_)
+      return Status::Aborted(where + ": the lease of this save was taken over; not committing iteration " +
+                             std::to_string(n_));
+    return Status::Ok();
   }
 
   static Status RemovePrefix(S3Client& c, const std::string& bucket, const std::string& prefix) {
@@ -115,6 +130,7 @@ class S3StagedSave : public StagedSave {
   std::string bucket_, prefix_, url_, dir_;
   int64_t n_;
   std::string nonce_;
+  int64_t expiry_ms_;
   bool conditional_;
   bool done_ = false;
 };
@@ -147,7 +163,8 @@ class S3StorageImpl : public Storage {
     Status st = c_->PutObject(u_.bucket, lkey, Bytes(lease.Text()), true);
     if (st.code() == Code::kAlreadyExists) return Busy(n);
     CKPT_RETURN_IF_ERROR(st);
-    auto staged = std::make_unique<S3StagedSave>(c_, u_.bucket, u_.prefix, root_, n, lease.nonce, conditional_);
+    auto staged = std::make_unique<S3StagedSave>(c_, u_.bucket, u_.prefix, root_, n, lease.nonce, lease.expiry_ms,
+                                                 conditional_);
     if (precheck) CKPT_RETURN_IF_ERROR(precheck());  // staged's destructor drops the lease
     return std::unique_ptr<StagedSave>(std::move(staged));
   }
