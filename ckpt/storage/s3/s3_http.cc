@@ -101,6 +101,36 @@ bool RetryableCurl(int code) {
 // 501 (not implemented) and other 5xx that a retry cannot fix are final.
 bool RetryableStatus(long s) { return s == 429 || s == 500 || s == 502 || s == 503 || s == 504; }
 
+// Method, body source, range and content type of one attempt; returns the
+// header list with the content type added. `range` must outlive the transfer.
+curl_slist* SetMethod(CURL* h, const HttpRequest& req, Transfer* t, curl_slist* headers, std::string* range) {
+  if (req.has_range) {
+    *range = std::to_string(req.range_begin) + "-" + std::to_string(req.range_begin + req.range_len - 1);
+    curl_easy_setopt(h, CURLOPT_RANGE, range->c_str());
+  }
+  if (req.method == "PUT") {
+    headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadBody);
+    curl_easy_setopt(h, CURLOPT_READDATA, t);
+    curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, SeekBody);
+    curl_easy_setopt(h, CURLOPT_SEEKDATA, t);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+  } else if (req.method == "POST") {
+    headers = curl_slist_append(headers, "Content-Type: application/xml");
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    // Never null: curl would then read the body from stdin.
+    const char* fields = req.body.empty() ? "" : reinterpret_cast<const char*>(req.body.data());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, fields);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+  } else if (req.method == "HEAD") {
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  } else if (req.method != "GET") {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  }
+  return headers;
+}
+
 }  // namespace
 
 struct HttpClient::Pool {
@@ -163,30 +193,7 @@ Result<HttpResponse> HttpClient::Attempt(void* handle, const HttpRequest& req, i
   // (SignatureDoesNotMatch on servers that check).
   for (const auto& line : req.headers) headers = curl_slist_append(headers, line.c_str());
   std::string range;
-  if (req.has_range) {
-    range = std::to_string(req.range_begin) + "-" + std::to_string(req.range_begin + req.range_len - 1);
-    curl_easy_setopt(h, CURLOPT_RANGE, range.c_str());
-  }
-  if (req.method == "PUT") {
-    headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
-    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadBody);
-    curl_easy_setopt(h, CURLOPT_READDATA, &t);
-    curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, SeekBody);
-    curl_easy_setopt(h, CURLOPT_SEEKDATA, &t);
-    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
-  } else if (req.method == "POST") {
-    headers = curl_slist_append(headers, "Content-Type: application/xml");
-    curl_easy_setopt(h, CURLOPT_POST, 1L);
-    // Never null: curl would then read the body from stdin.
-    const char* fields = req.body.empty() ? "" : reinterpret_cast<const char*>(req.body.data());
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, fields);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
-  } else if (req.method == "HEAD") {
-    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-  } else if (req.method != "GET") {
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
-  }
+  headers = SetMethod(h, req, &t, headers, &range);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   const CURLcode rc = curl_easy_perform(h);
   curl_slist_free_all(headers);
