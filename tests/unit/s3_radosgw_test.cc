@@ -4,7 +4,11 @@
 // scripts/install_s3_servers.sh, CKPT_S3_RADOSGW=1).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <cstring>
+#include <thread>
 #include <random>
 
 #include "ckpt/storage/s3/s3_client.h"
@@ -131,6 +135,59 @@ TEST_F(RadosgwTest, StorageCommitNeverReplacesAnotherWritersManifest) {
   auto got = c.GetObject(kBucket, "run/iter_0000003/manifest.json");
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->size(), 50u) << "the other writer's manifest was replaced";
+}
+
+// A rank SIGKILLed in the middle of a multipart upload: its parts stay on
+// the server until the next save of the root, after the lease expired,
+// aborts the upload and removes the data; the previous iteration loads.
+TEST_F(RadosgwTest, SigkillMidUploadIsCleanedByTheNextSave) {
+  S3StorageOptions o;
+  o.spool_env = DefaultEnv();
+  o.spool_dir = testing::ScratchDir("rgw_kill");
+  o.upload.part_size = 5u << 20;
+  o.upload.max_in_flight = 1;
+  o.lease_ttl = std::chrono::milliseconds(1500);
+  auto s = OpenS3Storage("s3://ckpt-rgw/kill", server_->Config(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  {
+    auto first = (*s)->Stage(1);
+    ASSERT_TRUE(first.ok());
+    bool published = false;
+    ASSERT_TRUE((*first)->Publish("{\"iter\":1}", nullptr, &published).ok());
+  }
+  S3Client c(server_->Config());
+  const pid_t child = fork();
+  if (child == 0) {  // the rank: stage 2 and upload 60 MiB, 5 MiB at a time
+    auto cs = OpenS3Storage("s3://ckpt-rgw/kill", server_->Config(), o);
+    if (!cs.ok()) _exit(3);
+    auto staged = (*cs)->Stage(2);
+    if (!staged.ok()) _exit(4);
+    auto f = (*cs)->env()->OpenFile(JoinPath((*staged)->dir(), "rank_00000.h5"), OpenMode::kCreate);
+    if (!f.ok() || !(*f)->PWrite(0, Pattern(60u << 20, 8)).ok()) _exit(5);
+    (void)(*f)->Sync();
+    _exit(6);
+  }
+  // Kill it once its multipart upload exists on the server.
+  bool seen = false;
+  for (int i = 0; i < 400 && !seen; ++i) {
+    auto uploads = c.ListMultipart(kBucket, "kill/");
+    seen = uploads.ok() && !uploads->empty();
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(seen) << "the child never started its upload (exit " << WEXITSTATUS(status) << ")";
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ((*s)->ListIterations().value(), std::vector<int64_t>{1});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1600));  // the lease expires
+  auto next = (*s)->Stage(3);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_TRUE(c.ListMultipart(kBucket, "kill/")->empty()) << "the killed rank's upload was not aborted";
+  auto left = c.List(kBucket, "kill/iter_0000002.");
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty()) << "the killed rank's data prefix was not removed";
+  EXPECT_EQ((*s)->ListIterations().value(), std::vector<int64_t>{1});
 }
 
 TEST_F(RadosgwTest, MultipartRoundTrip) {

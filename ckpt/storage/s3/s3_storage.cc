@@ -229,11 +229,21 @@ class S3StorageImpl : public Storage {
         CKPT_RETURN_IF_ERROR(c_->Delete(u_.bucket, o.key));
       }
     }
+    // Data prefixes: of finished objects and of unfinished multipart uploads
+    // (a rank killed mid-upload leaves only the latter).
     CKPT_ASSIGN_OR_RETURN(auto objects, c_->List(u_.bucket, u_.Key("iter_")));
+    std::vector<std::string> keys;
+    for (const auto& o : objects) keys.push_back(o.key);
+    auto uploads = c_->ListMultipart(u_.bucket, u_.Key("iter_"));
+    if (uploads.ok()) {
+      for (const auto& up : *uploads) keys.push_back(up.key);
+    } else if (uploads.status().code() != Code::kUnimplemented) {
+      return uploads.status();
+    }
     std::set<std::string> prefixes;
     const size_t skip = u_.prefix.empty() ? 0 : u_.prefix.size() + 1;
-    for (const auto& o : objects) {
-      std::string rel = o.key.substr(skip);
+    for (const auto& key : keys) {
+      std::string rel = key.substr(skip);
       const std::string top = rel.substr(0, rel.find('/'));
       if (top.find('.') != std::string::npos) prefixes.insert(top);
     }
