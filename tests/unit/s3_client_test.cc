@@ -49,8 +49,8 @@ class S3ClientTest : public ::testing::Test {
   static S3Config FastConfig(const std::string& endpoint) {
     S3Config c = server_->Config();
     c.endpoint = endpoint;
-    c.attempt_timeout = std::chrono::milliseconds(1000);
-    c.request_deadline = std::chrono::milliseconds(15000);
+    c.attempt_timeout = std::chrono::milliseconds(2500);  // above a 5 MiB part on a loaded machine
+    c.request_deadline = std::chrono::milliseconds(60000);
     c.backoff_base = std::chrono::milliseconds(10);
     return c;
   }
@@ -142,7 +142,7 @@ TEST_F(S3ClientTest, SmallObjectIsOnePut) {
 TEST_F(S3ClientTest, RetriesServerErrorsResetsAndSlowAnswers) {
   auto proxy = FaultProxy::Start(server_->endpoint(),
                                  {"PUT partNumber=2 1 reset_mid", "PUT partNumber=3 1 status:503",
-                                  "PUT partNumber=3 2 status:500", "PUT partNumber=4 1 delay_ms:1500",
+                                  "PUT partNumber=3 2 status:500", "PUT partNumber=4 1 delay_ms:4000",
                                   "GET t4/ 1 status:503"});
   ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
   S3Client c(FastConfig((*proxy)->endpoint()));
