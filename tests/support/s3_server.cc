@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -106,10 +107,10 @@ Status S3TestServer::Launch() {
     const std::string bin = S3rverPath();
     if (bin.empty())
       return Status::Unimplemented("s3rver not installed (scripts/install_s3_servers.sh, or set CKPT_S3RVER)");
+    std::filesystem::create_directories(dir_ + "/data");
     pid_ = Spawn({bin, "-d", dir_ + "/data", "-a", "127.0.0.1", "-p", std::to_string(port_), "--silent",
                   "--configure-bucket", "ckpt-test"},
                  dir_ + "/server.log");
-    std::system(("mkdir -p " + dir_ + "/data").c_str());
     return WaitPort(port_, pid_, "s3rver", 20);
   }
   if (access("/usr/bin/radosgw", X_OK) != 0 || access("/usr/bin/ceph-osd", X_OK) != 0)
