@@ -18,7 +18,10 @@ Usage (NAME: 1-6 of [a-z0-9], default "c"; state in /run/ckpt-cluster/NAME):
   cluster.py [--name NAME] slow NODE [--delay-ms 100 --loss 1 --rate 8mbit]
                                                 # netem when the kernel has it, else tbf rate limit
   cluster.py [--name NAME] heal [NODE]          # links up, shaping removed
-  cluster.py [--name NAME] mpirun ARGS...       # mpirun on head with --host/--mca set (see mpirun_argv)
+  cluster.py [--name NAME] mpirun --host n1:2,n2:2 -- MPIRUN-ARGS...
+                                                # mpirun on head, rsh agent/--mca set (mpirun_argv)
+  cluster.py [--name NAME] torchrun --host n1:2,n2:2 [--port P] -- CMD...
+                                                # one CMD per rank, torchrun's env (cluster_launch.py)
   cluster.py [--name NAME] status | down | gc   # gc: remove every cluster whose owner is dead
   cluster.py check                              # exit 0 if namespaces work here, else 77 + reason
 
@@ -408,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("rsh"); p.add_argument("argv", nargs=argparse.REMAINDER)
     p = sub.add_parser("mpirun"); p.add_argument("--host", required=True, help="n1:2,n2:2")
     p.add_argument("argv", nargs=argparse.REMAINDER)
+    p = sub.add_parser("torchrun"); p.add_argument("--host", required=True, help="n1:2,n2:2")
+    p.add_argument("--port", type=int, default=29650); p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("argv", nargs=argparse.REMAINDER)
     p = sub.add_parser("kill"); p.add_argument("node"); p.add_argument("--silent", action="store_true")
     for cmd in ("restart", "partition"):
         sub.add_parser(cmd).add_argument("node")
@@ -439,9 +445,13 @@ def main(argv: list[str] | None = None) -> int:
         return subprocess.call(c.nsenter(a.node) + argv_rest)
     if a.cmd == "rsh":
         return _rsh(c, a.argv)
-    if a.cmd == "mpirun":
+    if a.cmd in ("mpirun", "torchrun"):
         hosts = dict((h.split(":")[0], int(h.split(":")[1]) if ":" in h else 1) for h in a.host.split(","))
-        return subprocess.call(c.nsenter("head") + c.mpirun_argv(hosts) + argv_rest)
+        if a.cmd == "mpirun":
+            return subprocess.call(c.nsenter("head") + c.mpirun_argv(hosts) + argv_rest)
+        from cluster_launch import TorchJob  # noqa: PLC0415
+        codes = TorchJob(c, hosts, argv_rest, port=a.port, log=sys.stdout).wait(a.timeout)
+        return next((x for x in codes if x != 0), 0) & 0xFF
     if a.cmd == "slow":
         print(f"slow {a.node}: {c.slow(a.node, a.delay_ms, a.loss, a.rate)}")
     elif a.cmd in ("kill", "restart", "partition", "heal"):
