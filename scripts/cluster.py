@@ -10,6 +10,7 @@ killing a node never kills the launcher. Needs root (CI is root).
 
 Usage (NAME: 1-6 of [a-z0-9], default "c"; state in /run/ckpt-cluster/NAME):
   cluster.py [--name NAME] up N [--owner PID]   # N nodes n1..nN (+ head); owner: see below
+                                                # (NAME also from $CKPT_CLUSTER)
   cluster.py [--name NAME] exec NODE CMD...     # run CMD in NODE (n1.., or head), cwd kept
   cluster.py [--name NAME] kill NODE [--silent] # SIGKILL every process of NODE; --silent cuts
                                                 # its link first (power loss: no FIN/RST seen)
@@ -25,9 +26,11 @@ Usage (NAME: 1-6 of [a-z0-9], default "c"; state in /run/ckpt-cluster/NAME):
   cluster.py [--name NAME] status | down | gc   # gc: remove every cluster whose owner is dead
   cluster.py check                              # exit 0 if namespaces work here, else 77 + reason
 
-Owner: `up` records an owner process (default: the caller's parent, e.g. the test script;
---owner 0: none). Any later `up` or `gc` removes clusters whose owner is dead, and `up NAME`
-always replaces a cluster of the same NAME, so a SIGKILLed test leaves nothing behind for long.
+Owner: `up --owner PID` records an owner process (a test script passes `--owner $$`; the
+Python API below its own pid). Any later `up` or `gc` removes clusters whose owner is dead,
+and `up NAME` always replaces a cluster of the same NAME, so a SIGKILLed test leaves nothing
+behind for long. Without --owner a cluster stays until `down` or the next `up` of its NAME
+(so one made by hand in one shell survives into the next).
 
 Python: `from cluster import Cluster; c = Cluster.up(2, name="t1"); c.run("n1", ["hostname"]);
 c.down()` (tests/cluster/ uses it; `with Cluster.up(...) as c:` downs it on exit).
@@ -107,7 +110,11 @@ def check() -> str | None:
     for tool in ("ip", "tc", "unshare", "nsenter"):
         if not shutil.which(tool):
             return f"{tool} not found"
-    probe = f"{PREFIX}probe{os.getpid()}"[:15]
+    with _global_lock():  # gc would take the probe for a leftover
+        return _probe(f"{PREFIX}probe{os.getpid()}"[:15])
+
+
+def _probe(probe: str) -> str | None:
     r = _sh("ip", "netns", "add", probe, check=False)
     if r.returncode != 0:
         return f"ip netns add failed: {r.stderr.strip()}"
@@ -171,7 +178,7 @@ class Cluster:
     def up(cls, n: int, name: str = "c", owner: int | None = None) -> "Cluster":
         if not 1 <= n <= 16:
             raise ValueError(f"up {n}: 1..16 nodes")
-        owner = os.getppid() if owner is None else owner
+        owner = owner or 0
         with _global_lock():
             gc(keep=None)
             c = cls(name)
@@ -406,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="cluster.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--name", default=os.environ.get("CKPT_CLUSTER", "c"))
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("up"); p.add_argument("n", type=int); p.add_argument("--owner", type=int)
+    p = sub.add_parser("up"); p.add_argument("n", type=int); p.add_argument("--owner", type=int, default=0)
     p = sub.add_parser("exec"); p.add_argument("node"); p.add_argument("argv", nargs=argparse.REMAINDER)
     p = sub.add_parser("rsh"); p.add_argument("argv", nargs=argparse.REMAINDER)
     p = sub.add_parser("mpirun"); p.add_argument("--host", required=True, help="n1:2,n2:2")
