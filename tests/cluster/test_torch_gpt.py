@@ -1,8 +1,9 @@
 """The PyTorch GPT job (examples/torch_gpt) across 2 nodes x 2 ranks (issue 31 items 2, 3):
 torch.distributed with the TCP store on n1's bridge address, ckpt.TorchComm as ckpt's control
-plane, async saves into the shared root. Its losses equal the same job on one host (4 ranks on n1) bit for bit;
-both nodes are SIGKILLed while a save is in flight; resumed across the nodes from the last
-committed iteration it ends bitwise equal (every loss, every tensor) to the one-host run.
+plane, async saves into the shared root. Its losses equal the same job on one host (4 ranks on
+n1) bit for bit; both nodes are SIGKILLed while a save is in flight; resumed across the nodes
+from the last committed iteration, under mpirun with ckpt.MpiComm this time, it ends bitwise
+equal (every loss, every tensor) to the one-host run.
 """
 from __future__ import annotations
 
@@ -61,18 +62,22 @@ def test_gpt_across_nodes_killed_mid_save_resumes_bitwise(make_cluster, tmp_path
     assert crash and all(r["loss_hex"] == one_host[r["iteration"]] for r in crash)
     c.restart("n1")
     c.restart("n2")
-    with open(tmp_path / "resume.out", "w") as log:
-        job = TorchJob(c, HOSTS, TRAIN + JOB + ["--load", str(root), "--load-iter", str(resume_at),
-                                                "--save", str(tmp_path / "resumed"),
-                                                "--log", str(tmp_path / "resumed.jsonl")],
-                       port=29652, env=env, log=log, cwd=str(REPO))
-        assert job.wait(240) == [0] * 4, (tmp_path / "resume.out").read_text()[-3000:]
+    # the resume under the other launcher: mpirun across the nodes, ckpt.MpiComm
+    env.update(MASTER_ADDR=c.addr("n1"), MASTER_PORT="29652", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    r = c.run("head", c.mpirun_argv(HOSTS) + [
+        "-np", "4", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "MASTER_ADDR", "-x",
+        "MASTER_PORT"] + TRAIN + JOB + ["--ckpt-comm", "mpi", "--load", str(root), "--load-iter",
+                                        str(resume_at), "--save", str(tmp_path / "resumed"),
+                                        "--log", str(tmp_path / "resumed.jsonl")],
+              env=env, cwd=str(REPO), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     resumed = story.read_jsonl(tmp_path / "resumed.jsonl")
     assert [r["iteration"] for r in resumed] == list(range(resume_at + 1, N + 1))
     assert all(r["loss_hex"] == one_host[r["iteration"]] for r in resumed)
     d = story.compare_digests(story.tensor_digests(BUILD, str(tmp_path / "one_host"), N),
                               story.tensor_digests(BUILD, str(tmp_path / "resumed"), N))
     print(f"GPT TP2xDP2 on 2 nodes: {len(crash)} steps bitwise = one host; SIGKILL of both nodes "
-          f"in the save of iteration {caught} (committed {committed}); resumed from {resume_at}: "
+          f"in the save of iteration {caught} (committed {committed}); resumed (mpirun, MpiComm) from {resume_at}: "
           f"{len(resumed)} losses and {d['tensors_equal']}/{d['tensors']} tensors bitwise equal")
     assert not d["differing"] and d["tensors"] > 60
