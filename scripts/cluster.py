@@ -141,8 +141,10 @@ class Cluster:
         self.name = name
         self.dir = STATE_ROOT / name
         self.state: dict = {}
-        if (self.dir / "state.json").exists():
+        try:  # written by rename: whole or absent; unreadable = a cluster to remove
             self.state = json.loads((self.dir / "state.json").read_text())
+        except (OSError, ValueError):
+            self.state = {}
 
     # ---- names ----
     def netns(self, node: str) -> str:
