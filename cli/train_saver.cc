@@ -153,6 +153,7 @@ std::string TrainSaver::Retain(const SaveStats& st) {
 Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, workload::TrainWorkload& w) {
   base_ = std::move(base);
   parts_ = parts;
+  if (!flags_.local_dir.empty()) return PrepareLocal();
   if (!saver_) return Status::Ok();
   const auto t0 = Clock::now();
   CKPT_RETURN_IF_ERROR(saver_->Reserve(AsyncSaver::ArenaBytes(w.SaveDict(parts_))).WithContext("async save arena"));
@@ -161,12 +162,14 @@ Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, worklo
 }
 
 Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
+  if (local_) return SaveLocal(w);
   SaveOptions o = base_;
   o.iteration = w.iteration();
   return Save(w.SaveDict(parts_), std::move(o), w.iteration());
 }
 
 Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
+  if (local_) return JoinDrain(iteration_now);
   if (!saver_ || !saver_->in_flight()) return std::string();
   CKPT_ASSIGN_OR_RETURN(SaveStats st, saver_->Wait());
   return Joined(st, iteration_now);
