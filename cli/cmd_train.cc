@@ -16,6 +16,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/exit_signal.h"
 #include "ckpt/workload/job_setup.h"
+#include "ckpt/workload/rank_report.h"
 #include "ckpt/workload/train_loop.h"
 #include "ckpt/workload/train_workload.h"
 #include "cli/commands.h"
@@ -112,11 +113,20 @@ Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
     CKPT_RETURN_IF_ERROR(j.work->Resume(f.root, c.iteration, j.comm.get(), parts, Millis(f.timeout_ms), &ls));
     out["bytes"] = ls.bytes_read;
   }
-  // Every rank's restore time; the job's is the slowest rank's.
+  // Every rank's restore time (the job's is the slowest rank's) and the bytes fetched from peers.
   const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CKPT_ASSIGN_OR_RETURN(auto all, j.comm->AllGather(std::to_string(mine), Millis(f.timeout_ms), "resume-time"));
+  const int64_t fetched = out.value("fetched_bytes", int64_t(0));
+  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, json::array({mine, fetched}),
+                                                          Millis(f.timeout_ms), "resume-time"));
   double worst = 0;
-  for (const auto& a : all) worst = std::max(worst, std::stod(a));
+  int64_t total = 0, ranks = 0;
+  for (const auto& a : all) {
+    worst = std::max(worst, a.at(0).get<double>());
+    total += a.at(1).get<int64_t>();
+    ranks += a.at(1).get<int64_t>() > 0;
+  }
+  out["fetched_bytes_all_ranks"] = total;
+  out["ranks_fetched_from_peers"] = ranks;
   out["seconds"] = worst;
   return out;
 }

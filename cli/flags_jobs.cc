@@ -135,6 +135,8 @@ void AddTrainSaveOptions(CLI::App* cmd, TrainSaveFlags* f) {
                   "local tier: ranks per node, block placement (default: the launcher's ranks on this node)");
   const std::string kDev = "DEVELOPER ONLY (hidden): ";
   cmd->add_option("--kill-at", f->kill_at, kDev + "SIGKILL every rank after the saves of this iteration")->group("");
+  cmd->add_option("--stall-at", f->stall_at, kDev + "every rank waits (300 s at most) after this iteration's saves")
+      ->group("");
   cmd->add_flag("--async-no-snapshot", f->no_snapshot,
                 kDev + "NEGATIVE CONTROL (never for real saves): the background save reads the live buffers")
       ->group("");

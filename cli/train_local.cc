@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <thread>
 
 #include "cli/train_saver.h"
 
@@ -33,12 +34,20 @@ Status TrainSaver::PrepareLocal() {
   return Status::Ok();
 }
 
-void TrainSaver::KillIfAsked(int64_t it) {
-  if (flags_.kill_at != it) return;
-  job_->Barrier(base_.timeout, "kill").IgnoreError();  // every rank is past this iteration's saves
-  if (job_->rank() == 0) std::fprintf(stdout, "train: killing the job after iteration %lld (SIGKILL)\n",
-                                      static_cast<long long>(it)), std::fflush(stdout);
-  std::raise(SIGKILL);
+Status TrainSaver::KillIfAsked(int64_t it) {
+  if (flags_.kill_at != it && flags_.stall_at != it) return Status::Ok();
+  CKPT_RETURN_IF_ERROR(job_->Barrier(base_.timeout, "kill"));  // every rank is past this iteration's saves
+  if (flags_.kill_at == it) {
+    if (job_->rank() == 0)
+      std::fprintf(stdout, "train: killing the job after iteration %lld (SIGKILL)\n", static_cast<long long>(it));
+    std::fflush(stdout);
+    std::raise(SIGKILL);
+  }
+  // --stall-at: wait here (bounded) for the test to kill a node.
+  if (job_->rank() == 0)
+    std::fprintf(stdout, "train: stalled after iteration %lld\n", static_cast<long long>(it)), std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::seconds(300));
+  return Status::Timeout("--stall-at " + std::to_string(it) + ": nobody killed the job within 300 s");
 }
 
 Result<std::string> TrainSaver::SaveLocal(workload::TrainWorkload& w) {
@@ -64,7 +73,7 @@ Result<std::string> TrainSaver::SaveLocal(workload::TrainWorkload& w) {
     CKPT_ASSIGN_OR_RETURN(std::string d, DrainGlobal(w));
     log += d;
   }
-  KillIfAsked(it);
+  CKPT_RETURN_IF_ERROR(KillIfAsked(it));
   return log;
 }
 

@@ -75,6 +75,7 @@ struct TrainSaveFlags {
   int replicas = 1;
   int ranks_per_node = 0;    // 0: the MPI launcher's local size
   int64_t kill_at = -1;      // DEVELOPER: SIGKILL every rank after the saves of this iteration
+  int64_t stall_at = -1;     // DEVELOPER: every rank waits (300 s at most) after the saves of this iteration
 };
 
 class TrainSaver final : public workload::TrainCheckpointer {
@@ -125,7 +126,7 @@ class TrainSaver final : public workload::TrainCheckpointer {
   // the dedicated communicator in the background (async) or here (sync).
   Result<std::string> DrainGlobal(workload::TrainWorkload& w);
   Result<std::string> JoinDrain(int64_t iteration_now);
-  void KillIfAsked(int64_t it);
+  Status KillIfAsked(int64_t it);
 
   TrainSaveFlags flags_;
   SaveOptions base_;
