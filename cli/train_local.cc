@@ -36,6 +36,7 @@ Status TrainSaver::PrepareLocal() {
 
 Status TrainSaver::KillIfAsked(int64_t it) {
   if (flags_.kill_at != it && flags_.stall_at != it) return Status::Ok();
+  CKPT_RETURN_IF_ERROR(JoinDrain(it).status());  // the global save of this iteration (if any) too
   CKPT_RETURN_IF_ERROR(job_->Barrier(base_.timeout, "kill"));  // every rank is past this iteration's saves
   if (flags_.kill_at == it) {
     if (job_->rank() == 0)
@@ -55,6 +56,7 @@ Result<std::string> TrainSaver::SaveLocal(workload::TrainWorkload& w) {
   const bool global = !global_due_ || global_due_(it);
   std::string log;
   if ((flags_.local_every > 0 && it % flags_.local_every == 0) || global) {  // a drain reads this copy
+    local_->pinned = drain_.valid() ? rows_[size_t(drain_row_)]["iteration"].get<int64_t>() : -1;
     CKPT_ASSIGN_OR_RETURN(LocalSaveStats st, LocalSave(w.SaveDict(parts_), it, *local_));
     rows_.push_back({{"tier", "local"}, {"iteration", it}, {"blocking_seconds", st.seconds},
                      {"write_seconds", st.write_seconds}, {"replicate_seconds", st.replicate_seconds},

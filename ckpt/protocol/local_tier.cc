@@ -100,7 +100,8 @@ json ReadMarker(const Ctx& c) {
 }
 
 // Leader: removes every rank copy on this node older than `keep` (marked) or
-// newer than `upto_newer` (never marked); those are never needed again.
+// newer than `drop_newer_than` (never marked), except the pinned one (a
+// drain reads it); those are never needed again.
 Status RemoveCopies(const Ctx& c, int64_t keep, int64_t drop_newer_than) {
   auto names = c.env->ListDir(c.MyNode());
   if (!names.ok()) return Status::Ok();  // no node dir yet
@@ -111,7 +112,7 @@ Status RemoveCopies(const Ctx& c, int64_t keep, int64_t drop_newer_than) {
     if (!entries.ok()) continue;
     for (const auto& e : *entries) {
       auto it = ParseIterDirName(e);
-      if (it.ok() && (*it < keep || *it > drop_newer_than)) CKPT_RETURN_IF_ERROR(RemoveTree(c.env, JoinPath(root, e)));
+      if (it.ok() && *it != c.o.pinned && (*it < keep || *it > drop_newer_than)) CKPT_RETURN_IF_ERROR(RemoveTree(c.env, JoinPath(root, e)));
     }
   }
   return Status::Ok();

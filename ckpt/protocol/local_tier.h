@@ -56,6 +56,9 @@ struct LocalTierOptions {
   Millis timeout{60000};
   ShardWriteOptions write;
   nlohmann::json layout = nlohmann::json::object();  // must match for a local restore
+  // An older iteration the save's clean-up must keep (-1: none): the one a
+  // background global drain is still reading (the same on every rank).
+  int64_t pinned = -1;
   // Named steps: SaveCheckpoint's own (the rank's local write) plus
   // "local_replicate" (before sending), "local_receive" (before a replica's
   // rename), "local_vote", "local_marker" (before the marker write),

@@ -17,7 +17,7 @@ CKPT = os.environ.get("CKPT_BIN") or os.path.join(os.path.dirname(__file__), "..
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 JOB = ["train", "--model", "tiny", "--layout", "tp=2,dp=2", "--steps", "8", "--save-every", "4"]
 TIERS = ["--local-dir", "/local/ckpt", "--local-every", "2", "--replicas", "1", "--ranks-per-node", "2",
-         "--timeout-ms", "20000"]
+         "--timeout-ms", "20000", "--async-save"]  # global saves drained from the local copy in the background
 
 
 def fingerprint(root) -> str:
@@ -61,6 +61,8 @@ def test_node_killed_between_global_saves_resumes_from_peers_bitwise(make_cluste
     assert res["tier"] == "local" and res["iteration"] == 6 and res["global_iteration"] == 4, res
     assert res["ranks_fetched_from_peers"] == 2 and res["fetched_bytes_all_ranks"] > 0, res
     assert out["samples_exactly_once"] and out["iteration"] == 8
+    drains = [s for s in out["saves"] if s.get("tier") == "global"]
+    assert [d["iteration"] for d in drains] == [8] and drains[0]["drained_from"] == "local", out["saves"]
     assert fingerprint(root) == fingerprint(tmp_path / "ref")
     print(f"node n2 SIGKILLed after local saves 2,4,6 (global 4); fresh n2 resumed from local 6 "
           f"({res['fetched_bytes_all_ranks']} bytes from n1's replicas, {res['seconds']:.2f} s): "
