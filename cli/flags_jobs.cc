@@ -125,10 +125,8 @@ void AddTrainSaveOptions(CLI::App* cmd, TrainSaveFlags* f) {
                   "(Megatron-LM's flag) and the --keep-last newest; the newest is never deleted");
   cmd->add_option("--keep-last", f->retention.keep_last,
                   "retention: keep the newest N committed iterations (with or without --save-retain-interval)");
-  cmd->add_option("--local-dir", f->local_dir,
-                  "local tier: node-local directory ('{node}' is replaced by the node index); each rank's state "
-                  "is saved there every --local-every iterations and replicated to --replicas other nodes; "
-                  "global saves are drained from it (in the background with --async-save)");
+  cmd->add_option("--local-dir", f->local_dir, "local tier: node-local directory ('{node}': the node index), "
+                  "saved every --local-every, replicated to --replicas nodes; global saves drain from it");
   cmd->add_option("--local-every", f->local_every, "local tier: save every K iterations");
   cmd->add_option("--replicas", f->replicas, "local tier: copies of each rank's files on other nodes (default 1)");
   cmd->add_option("--ranks-per-node", f->ranks_per_node,

@@ -1,4 +1,4 @@
-// TrainSaver with the local tier (train_saver.h, ckpt/protocol/local_tier.h):
+// TrainSaver's Save/Finish, and with the local tier (train_saver.h, ckpt/protocol/local_tier.h):
 // local saves every --local-every iterations, global saves drained from the
 // local copy, and --kill-at (a whole-job SIGKILL after an iteration's saves).
 #include <chrono>
@@ -16,6 +16,21 @@ using nlohmann::json;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
+
+// The loop's checkpointer entry points (here: they choose between the tiers).
+Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
+  if (local_) return SaveLocal(w);
+  SaveOptions o = base_;
+  o.iteration = w.iteration();
+  return Save(w.SaveDict(parts_), std::move(o), w.iteration());
+}
+
+Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
+  if (local_) return JoinDrain(iteration_now);
+  if (!saver_ || !saver_->in_flight()) return std::string();
+  CKPT_ASSIGN_OR_RETURN(SaveStats st, saver_->Wait());
+  return Joined(st, iteration_now);
+}
 
 Status TrainSaver::PrepareLocal() {
   LocalTierOptions o;

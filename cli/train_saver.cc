@@ -161,20 +161,6 @@ Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, worklo
   return Status::Ok();
 }
 
-Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
-  if (local_) return SaveLocal(w);
-  SaveOptions o = base_;
-  o.iteration = w.iteration();
-  return Save(w.SaveDict(parts_), std::move(o), w.iteration());
-}
-
-Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
-  if (local_) return JoinDrain(iteration_now);
-  if (!saver_ || !saver_->in_flight()) return std::string();
-  CKPT_ASSIGN_OR_RETURN(SaveStats st, saver_->Wait());
-  return Joined(st, iteration_now);
-}
-
 Result<json> TrainSaver::Report(const ShardedStateDict& sd, Millis timeout) {
   json out = {{"saves", rows_}};
   if (!saver_) return out;

@@ -96,7 +96,7 @@ json ReadMarker(const Ctx& c) {
   auto text = ReadFileToString(c.env, JoinPath(c.MyNode(), kMarker));
   if (!text.ok()) return nullptr;
   json j = json::parse(*text, nullptr, false);
-  return j.is_object() && j.contains("iteration") ? j : json(nullptr);
+  return j.is_object() && j.contains("iteration") && j["iteration"].is_number_integer() ? j : json(nullptr);
 }
 
 // Leader: removes every rank copy on this node older than `keep` (marked) or
@@ -120,6 +120,119 @@ Status RemoveCopies(const Ctx& c, int64_t keep, int64_t drop_newer_than) {
 
 json MarkerJson(const Ctx& c, int64_t it) {
   return {{"iteration", it}, {"world", c.world}, {"ranks_per_node", c.o.ranks_per_node}, {"layout", c.o.layout}};
+}
+
+// This rank's report for the choice: its node's marker and the iterations of
+// every rank copy its node holds (leaders only; others report nothing).
+json Holdings(const Ctx& c) {
+  json mine = {{"node", c.o.node_of(c.rank)}, {"marker", c.leader() ? ReadMarker(c) : json(nullptr)},
+               {"held", json::object()}};
+  if (c.leader()) {
+    auto names = c.env->ListDir(c.MyNode());
+    for (const auto& n : names.ok() ? *names : std::vector<std::string>{}) {
+      if (n.rfind("rank_", 0) != 0) continue;
+      auto its = ListIterations(c.env, JoinPath(c.MyNode(), n));
+      if (its.ok()) mine["held"][n.substr(5)] = *its;
+    }
+  }
+  return mine;
+}
+
+// Rank 0: the choice from every rank's Holdings (index = rank) and the
+// global root's latest.
+std::string DecideTier(const Ctx& c, const std::vector<std::string>& msgs, const std::string& global_root) {
+  TierChoice ch;
+  auto g = LatestIteration(c.env, global_root);
+  ch.global_iteration = g.ok() ? *g : -1;
+  std::string local_why = "no node holds a complete local iteration";
+  std::vector<json> reps;
+  for (auto& m : msgs) reps.push_back(json::parse(m, nullptr, false));
+  int64_t best = -1;
+  for (const auto& r : reps) {
+    if (!r.is_object() || !r["marker"].is_object()) continue;
+    const json& mk = r["marker"];
+    if (mk.value("world", -1) != c.world || mk.value("ranks_per_node", -1) != c.o.ranks_per_node ||
+        mk.value("layout", json()) != c.o.layout) {
+      local_why = "the local tier was written by another layout (" + mk.value("layout", json()).dump() + ", " +
+                  std::to_string(mk.value("world", -1)) + " ranks): a layout change restores from global";
+      continue;
+    }
+    best = std::max(best, mk.value("iteration", int64_t(-1)));
+  }
+  if (best >= 0) {
+    for (int s = 0; s < c.world && best >= 0; ++s) {
+      bool held = false;
+      for (const auto& r : reps)
+        if (r.is_object() && r["held"].contains(std::to_string(s)))
+          for (const auto& it : r["held"][std::to_string(s)]) held = held || it.get<int64_t>() == best;
+      if (!held) {
+        local_why = "local iteration " + std::to_string(best) + " is complete, but rank " + std::to_string(s) +
+                    "'s copy is on no surviving node (more nodes lost than replicas)";
+        best = -1;
+      }
+    }
+  }
+  ch.local_iteration = best;
+  if (best >= 0 && best >= ch.global_iteration) {
+    ch = {"local", best, "local iteration " + std::to_string(best) + " is complete on the nodes and their replicas" +
+                             (ch.global_iteration >= 0 ? " and newer than (or as new as) global iteration " +
+                                                             std::to_string(ch.global_iteration)
+                                                       : std::string(", no global iteration")),
+          best, ch.global_iteration};
+  } else if (ch.global_iteration >= 0) {
+    ch = {"global", ch.global_iteration,
+          "global iteration " + std::to_string(ch.global_iteration) + " is the newest complete one (" +
+              (best >= 0 ? "local has only " + std::to_string(best) : local_why) + ")",
+          best, ch.global_iteration};
+  } else {
+    ch = {"none", -1, "no tier holds a checkpoint (" + local_why + ")", best, -1};
+  }
+  return EncodeOutcome(json{{"tier", ch.tier}, {"iteration", ch.iteration}, {"why", ch.why},
+                            {"local", ch.local_iteration}, {"global", ch.global_iteration}}
+                           .dump());
+}
+
+// Leaders, after the choice: copies newer than what resumes were never
+// marked (or belong to a future being replaced): drop them and such markers;
+// resuming from global drops every marker (the local tier starts over).
+Status ForgetNewer(const Ctx& c, const TierChoice& ch) {
+  if (!c.leader()) return Status::Ok();
+  const int64_t keep_upto = ch.tier == "local" ? ch.iteration : -1;
+  json mk = ReadMarker(c);
+  Status st = Status::Ok();
+  if (mk.is_object() && mk["iteration"].get<int64_t>() > keep_upto)
+    st = c.env->RemoveFile(JoinPath(c.MyNode(), kMarker));
+  if (st.ok() && ch.tier == "local") st = RemoveCopies(c, 0, keep_upto);
+  return st.ok() ? st : c.Mine(st, ch.iteration, "tier-cleanup");
+}
+
+// Sends my committed copy to my replica holders and stores (verified) the
+// copies sent to me; my own receive failure, or a job-wide earlier failure.
+Status Replicate(const Ctx& c, int64_t iteration, LocalSaveStats* st) {
+  const auto t1 = Clock::now();
+  std::vector<std::string> out(c.world);
+  Status prep = [&]() -> Status {
+    CKPT_RETURN_IF_ERROR(c.Step("local_replicate"));
+    CKPT_ASSIGN_OR_RETURN(std::string packed, PackCopy(c.env, c.RankRoot(c.rank), iteration));
+    st->own_bytes = int64_t(packed.size());
+    for (int h : c.o.ReplicaHolders(c.rank, c.world)) {
+      out[h] = packed;
+      st->sent_bytes += int64_t(packed.size());
+    }
+    return Status::Ok();
+  }();
+  CKPT_RETURN_IF_ERROR(c.Agree(prep.ok() ? prep : c.Mine(prep, iteration, "local-replicate"), "local-replicate"));
+  CKPT_ASSIGN_OR_RETURN(auto in, c.comm->AllToAll(std::move(out), c.o.timeout, "local-replicate"));
+  Status recv = Status::Ok();
+  for (int s = 0; s < c.world && recv.ok(); ++s) {
+    if (s == c.rank || in[s].empty()) continue;
+    st->received_bytes += int64_t(in[s].size());
+    recv = StoreCopy(c, c.RankRoot(s), iteration, in[s]);
+    if (!recv.ok()) recv = recv.WithContext("replica of rank " + std::to_string(s));
+  }
+  st->buffer_bytes = st->sent_bytes + st->received_bytes;
+  st->replicate_seconds = Since(t1);
+  return recv.ok() ? c.Step("local_vote") : recv;
 }
 
 }  // namespace
@@ -191,38 +304,13 @@ Result<LocalSaveStats> LocalSave(const ShardedStateDict& sd, int64_t iteration, 
     so.timeout = opts.timeout;
     so.allow_older = true;  // a restart from an older tier re-saves below stale copies
     so.hook = opts.hook;
-    CKPT_ASSIGN_OR_RETURN(SaveStats ss, SaveCheckpoint(LocalView(sd), so));
-    (void)ss;
-    return Status::Ok();
+    return SaveCheckpoint(LocalView(sd), so).status();
   }();
   st.write_seconds = Since(t0);
   CKPT_RETURN_IF_ERROR(c.Agree(own.ok() ? own : c.Mine(own, iteration, "local-write"), "local-write"));
 
   // 2. replicas, from the committed files (not from training memory).
-  const auto t1 = Clock::now();
-  std::vector<std::string> out(c.world);
-  Status prep = [&]() -> Status {
-    CKPT_RETURN_IF_ERROR(c.Step("local_replicate"));
-    CKPT_ASSIGN_OR_RETURN(std::string packed, PackCopy(c.env, c.RankRoot(c.rank), iteration));
-    st.own_bytes = int64_t(packed.size());
-    for (int h : opts.ReplicaHolders(c.rank, c.world)) {
-      out[h] = packed;
-      st.sent_bytes += int64_t(packed.size());
-    }
-    return Status::Ok();
-  }();
-  CKPT_RETURN_IF_ERROR(c.Agree(prep.ok() ? prep : c.Mine(prep, iteration, "local-replicate"), "local-replicate"));
-  CKPT_ASSIGN_OR_RETURN(auto in, c.comm->AllToAll(std::move(out), opts.timeout, "local-replicate"));
-  Status recv = Status::Ok();
-  for (int s = 0; s < c.world && recv.ok(); ++s) {
-    if (s == c.rank || in[s].empty()) continue;
-    st.received_bytes += int64_t(in[s].size());
-    recv = StoreCopy(c, c.RankRoot(s), iteration, in[s]);
-    if (!recv.ok()) recv = recv.WithContext("replica of rank " + std::to_string(s));
-  }
-  st.buffer_bytes = st.sent_bytes + st.received_bytes;
-  st.replicate_seconds = Since(t1);
-  if (recv.ok()) recv = c.Step("local_vote");
+  Status recv = Replicate(c, iteration, &st);
 
   // 3. commit: every copy and replica is in place and verified, then the markers.
   const auto t2 = Clock::now();
@@ -244,83 +332,13 @@ Result<LocalSaveStats> LocalSave(const ShardedStateDict& sd, int64_t iteration, 
 Result<TierChoice> ChooseResumeTier(const LocalTierOptions& opts, const std::string& global_root) {
   Ctx c(opts);
   CKPT_RETURN_IF_ERROR(opts.Validate(c.world));
-  json mine = {{"node", opts.node_of(c.rank)}, {"marker", c.leader() ? ReadMarker(c) : json(nullptr)},
-               {"held", json::object()}};
-  if (c.leader()) {
-    auto names = c.env->ListDir(c.MyNode());
-    for (const auto& n : names.ok() ? *names : std::vector<std::string>{}) {
-      if (n.rfind("rank_", 0) != 0) continue;
-      auto its = ListIterations(c.env, JoinPath(c.MyNode(), n));
-      if (its.ok()) mine["held"][n.substr(5)] = *its;
-    }
-  }
-  auto decide = [&](std::vector<std::string> msgs) -> std::string {
-    TierChoice ch;
-    auto g = LatestIteration(c.env, global_root);
-    ch.global_iteration = g.ok() ? *g : -1;
-    std::string local_why = "no node holds a complete local iteration";
-    std::vector<json> reps;
-    for (auto& m : msgs) reps.push_back(json::parse(m, nullptr, false));
-    int64_t best = -1;
-    for (const auto& r : reps) {
-      if (!r.is_object() || !r["marker"].is_object()) continue;
-      const json& mk = r["marker"];
-      if (mk.value("world", -1) != c.world || mk.value("ranks_per_node", -1) != opts.ranks_per_node ||
-          mk.value("layout", json()) != opts.layout) {
-        local_why = "the local tier was written by another layout (" + mk.value("layout", json()).dump() + ", " +
-                    std::to_string(mk.value("world", -1)) + " ranks): a layout change restores from global";
-        continue;
-      }
-      best = std::max(best, mk.value("iteration", int64_t(-1)));
-    }
-    if (best >= 0) {
-      for (int s = 0; s < c.world && best >= 0; ++s) {
-        bool held = false;
-        for (const auto& r : reps)
-          if (r.is_object() && r["held"].contains(std::to_string(s)))
-            for (const auto& it : r["held"][std::to_string(s)]) held = held || it.get<int64_t>() == best;
-        if (!held) {
-          local_why = "local iteration " + std::to_string(best) + " is complete, but rank " + std::to_string(s) +
-                      "'s copy is on no surviving node (more nodes lost than replicas)";
-          best = -1;
-        }
-      }
-    }
-    ch.local_iteration = best;
-    if (best >= 0 && best >= ch.global_iteration) {
-      ch = {"local", best, "local iteration " + std::to_string(best) + " is complete on the nodes and their replicas" +
-                               (ch.global_iteration >= 0 ? " and newer than (or as new as) global iteration " +
-                                                               std::to_string(ch.global_iteration)
-                                                         : std::string(", no global iteration")),
-            best, ch.global_iteration};
-    } else if (ch.global_iteration >= 0) {
-      ch = {"global", ch.global_iteration,
-            "global iteration " + std::to_string(ch.global_iteration) + " is the newest complete one (" +
-                (best >= 0 ? "local has only " + std::to_string(best) : local_why) + ")",
-            best, ch.global_iteration};
-    } else {
-      ch = {"none", -1, "no tier holds a checkpoint (" + local_why + ")", best, -1};
-    }
-    return EncodeOutcome(json{{"tier", ch.tier}, {"iteration", ch.iteration}, {"why", ch.why},
-                              {"local", ch.local_iteration}, {"global", ch.global_iteration}}
-                             .dump());
-  };
-  CKPT_ASSIGN_OR_RETURN(std::string got,
-                        c.comm->GatherDecide(mine.dump(), 0, opts.timeout, "tier-gather", "tier-decide", decide));
+  auto decide = [&](std::vector<std::string> msgs) { return DecideTier(c, msgs, global_root); };
+  CKPT_ASSIGN_OR_RETURN(std::string got, c.comm->GatherDecide(Holdings(c).dump(), 0, opts.timeout, "tier-gather",
+                                                              "tier-decide", decide));
   CKPT_ASSIGN_OR_RETURN(std::string payload, DecodeOutcome(got));
   json d = json::parse(payload);
   TierChoice ch{d["tier"], d["iteration"], d["why"], d["local"], d["global"]};
-  // Copies newer than what resumes were never marked (or belong to a run
-  // whose future is being replaced): drop them and such markers.
-  if (c.leader()) {
-    const int64_t keep_upto = ch.tier == "local" ? ch.iteration : -1;
-    json mk = ReadMarker(c);
-    Status st = Status::Ok();
-    if (mk.is_object() && (mk["iteration"].get<int64_t>() > keep_upto || ch.tier != "local"))
-      st = c.env->RemoveFile(JoinPath(c.MyNode(), kMarker));
-    if (st.ok() && ch.tier == "local") st = RemoveCopies(c, 0, keep_upto);
-    if (!st.ok()) return c.Mine(st, ch.iteration, "tier-cleanup");
-  }
+  CKPT_RETURN_IF_ERROR(ForgetNewer(c, ch));
   return ch;
 }
 
