@@ -24,6 +24,9 @@ import tempfile
 ap = argparse.ArgumentParser()
 ap.add_argument("--ckpt", default=os.path.join(os.path.dirname(__file__), "../build/cli/ckpt"))
 ap.add_argument("--model", default="tiny")
+ap.add_argument("--campaign", action="store_true",
+                help="also: a real crash (faults 'action=crash') of rank 2 at each step of the local save of "
+                     "iteration 4, node 1's dir then removed; resumed to iteration 8, fingerprint vs uninterrupted")
 args = ap.parse_args()
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
 work = tempfile.mkdtemp(prefix="tiers_bench_", dir="/tmp")
@@ -36,6 +39,38 @@ job = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", args.ckpt
 
 def last_json(out):
     return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+def fingerprint(root):
+    r = subprocess.run([args.ckpt, "fingerprint", root, "--json"], capture_output=True, text=True, timeout=300)
+    return json.loads(r.stdout)["digest"]
+
+
+def campaign():
+    """Data lost per single-node kill at each step of a local save (rank 2 = node 1 crashes there,
+    then node 1's local dir is removed): the restart must resume from the newest iteration marked
+    on a surviving node and end bitwise equal to the uninterrupted run."""
+    ref = f"{work}/ref"
+    subprocess.run([a if a != f"{work}/global" else ref for a in job if a not in ("--json",)], env=ENV,
+                   capture_output=True, timeout=600, check=True)
+    want, rows = fingerprint(ref), []
+    for step in ("shard_write", "dir_rename", "local_replicate", "local_receive", "local_vote", "local_marker",
+                 "local_gc"):
+        shutil.rmtree(shm, ignore_errors=True)
+        os.makedirs(shm)
+        root = f"{work}/c_{step}"
+        run = [a if a != f"{work}/global" else root for a in job] + ["--timeout-ms", "5000"]
+        subprocess.run(run + ["--faults", f"point=step.{step} rank=2 nth=2 action=crash"], env=ENV,
+                       capture_output=True, timeout=600)
+        shutil.rmtree(f"{shm}/node1", ignore_errors=True)
+        marker = f"{shm}/node0/LOCAL_COMPLETE"
+        marked = json.load(open(marker))["iteration"] if os.path.exists(marker) else -1
+        r = subprocess.run(run + ["--resume"], env=ENV, capture_output=True, text=True, timeout=600)
+        res = last_json(r.stdout)["resumed"] if r.returncode == 0 else {"error": r.stderr[-500:]}
+        rows.append({"step": step, "surviving_marker": marked, "resumed": res.get("tier"),
+                     "iteration": res.get("iteration"), "data_lost": res.get("iteration") != marked,
+                     "bitwise": r.returncode == 0 and fingerprint(root) == want})
+    return {"runs": rows, "data_lost_runs": sum(x["data_lost"] or not x["bitwise"] for x in rows)}
 
 
 try:
@@ -76,6 +111,8 @@ try:
         "steps_lost_per_failure_mean": {"tiered": K / 2, "global_only": M / 2,
                                         "note": "uniform failure time; local every K, global every M"},
     }
+    if args.campaign:
+        out["campaign"] = campaign()
     print(json.dumps(out, indent=1))
 finally:
     shutil.rmtree(work, ignore_errors=True)
