@@ -8,6 +8,7 @@
 #include "ckpt/base/comm.h"
 #include "ckpt/base/status.h"
 #include "ckpt/base/status_wire.h"
+#include "ckpt/protocol/save_progress.h"
 
 namespace ckpt {
 namespace {
@@ -71,6 +72,17 @@ TEST(MissingPeersTest, GatherDecideRelaysThemToEverySurvivor) {
     EXPECT_EQ(st[r].code(), Code::kTimeout) << r << ": " << st[r].ToString();
     ExpectPeers(st[r], want);
   }
+}
+
+// Root's stall detector (no write progress for a deadline) names the stalled
+// writers typed too, with their hosts: the faults runner judges by that.
+TEST(MissingPeersTest, StalledWritersAreRecorded) {
+  auto comms = MakeThreadComms(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  VoteTally tally(2, Millis(100), t0);
+  const Status st = tally.Stalled(t0 + Millis(200), 0, comms[0].get());
+  EXPECT_EQ(st.code(), Code::kTimeout) << st.ToString();
+  ExpectPeers(st, {{0, 1}, {ThisHostName(), ThisHostName()}, "vote"});
 }
 
 }  // namespace
