@@ -21,13 +21,18 @@ BOUND_S = DEADLINE_MS / 1000 + 5
 
 def start_save(c, root, out, it: int, faults: str = "") -> subprocess.Popen:
     """`ckpt save` on n1:2,n2:2 from head; each rank writes its exit code to out/rc.<rank>."""
+    out.mkdir(parents=True, exist_ok=True)
     wrap = ('"$0" "$@" 2>"$OUT/err.$OMPI_COMM_WORLD_RANK"; '
             'echo $? >"$OUT/rc.$OMPI_COMM_WORLD_RANK"')
     cmd = [CKPT, "save", "--root", str(root), "--iter", str(it), "--model", "tiny", "--layout",
            "tp=2,pp=2", "--timeout-ms", str(DEADLINE_MS), "--no-progress"]
     if faults:
         cmd += ["--faults", faults]
-    return c.popen("head", c.mpirun_argv({"n1": 2, "n2": 2}) + ["-x", "OUT", "-np", "4", "bash", "-c", wrap]
+    # --enable-recovery: mpirun would otherwise kill the survivors itself once it notices a
+    # daemon lost (~1 s after a node kill), before they can show what they noticed.
+    argv = c.mpirun_argv({"n1": 2, "n2": 2})
+    argv = argv[:1] + ["--enable-recovery"] + argv[1:]
+    return c.popen("head", argv + ["-x", "OUT", "-np", "4", "bash", "-c", wrap]
                    + cmd, env=dict(ENV, OUT=str(out)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -54,7 +59,7 @@ def loads(root, it: int) -> bool:
 def node_fault(c, tmp_path, how: str) -> dict:
     root, out = tmp_path / how / "root", tmp_path / how / "out"
     out.mkdir(parents=True)
-    p = start_save(c, root, out, 1)
+    p = start_save(c, root, tmp_path / how / "out1", 1)
     assert p.wait(timeout=180) == 0, p.stdout.read().decode()
     p = start_save(c, root, out, 2, "point=step.vote rank=2 action=delay ms=4000")
     assert wait_for(lambda: any(n.startswith(".iter_0000002.tmp-") for n in os.listdir(root)), 120), \
@@ -66,8 +71,7 @@ def node_fault(c, tmp_path, how: str) -> dict:
     errs = {r: (out / f"err.{r}").read_text() if (out / f"err.{r}").exists() else "" for r in (0, 1)}
     rcs = {r: (out / f"rc.{r}").read_text().strip() if (out / f"rc.{r}").exists() else None for r in (0, 1)}
     stop(p)
-    if how == "partition":
-        c.restart("n2")  # heals the link; n2's stranded ranks and daemon are gone
+    c.restart("n2")  # a fresh node (after a partition: the link healed, its stranded ranks gone)
     committed = (root / "iter_0000002").exists()
     old_loads = loads(root, 1)
     # torn: iteration 2 visible although its vote never completed; lost: iteration 1 no longer loads
@@ -79,7 +83,7 @@ def node_fault(c, tmp_path, how: str) -> dict:
         assert "rank(s) 2" in errs[r] and "on host 'n2'" in errs[r] and "phase 'vote'" in errs[r], row
     assert not committed and old_loads, row
     if how == "partition":  # after the heal the next save commits
-        p = start_save(c, root, out, 3)
+        p = start_save(c, root, tmp_path / how / "out3", 3)
         assert p.wait(timeout=180) == 0, p.stdout.read().decode()
         assert loads(root, 3)
     return row
@@ -92,3 +96,4 @@ def test_node_killed_or_partitioned_in_vote(make_cluster, tmp_path):
     print("fault      phase  runs  torn  lost  hung  survivors exit (s)")
     for r in rows:
         print(f"{r['fault']:<10} {r['phase']:<6} {1:>4} {r['torn']:>5} {r['lost']:>5} {r['hung']:>5}  {r['secs']:.2f}")
+    print("e.g. rank 0:", rows[-1]["errs"][0].strip().splitlines()[-1])
