@@ -29,14 +29,11 @@ from scenlib import *  # noqa: F403
 
 LAYOUT = "tp=2"  # the campaign's cost is process start-ups per boundary
 MODES = "drop,torn" if REDUCED else "drop,prefix,torn"  # CI size: two rebuild modes
-# CI size: rank 0's boundaries only (the committing rank: where acknowledgement changes), for the 45 s budget
-# on a busy 2-core machine; the full-size run cuts at every rank's boundaries.
-RANKS = ["--ranks", "0"] if REDUCED else []
 MUTATING = "env.open,env.pwrite,env.truncate,env.fsync,env.rename,env.syncdir,env.mkdir,env.remove,env.rmdir"
 POINTS = ["--points", MUTATING + ",step.vote,step.commit,end"]
 NCPOINTS = ["--points", "step.commit,end"]
 must("campaign", ck("faults", "run", "--work", path("sync"), "--layout", LAYOUT, "--model", "tiny", "--variants",
-                    "powercut", "--power-modes", MODES, *POINTS, *RANKS, "--mpirun", MPIRUN_STR, "--quiet", "--json",
+                    "powercut", "--power-modes", MODES, *POINTS, "--mpirun", MPIRUN_STR, "--quiet", "--json",
                     path("sync_report.out")))
 # Expected to find violations (non-zero exit); judged from its report.
 run_to("nosync", ck("faults", "run", "--work", path("nosync"), "--layout", LAYOUT, "--model", "tiny", "--variants",
