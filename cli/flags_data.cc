@@ -20,11 +20,9 @@ void AddCommon(CLI::App* cmd, JobFlags* f) {
   AddTimeoutMs(cmd, &f->timeout_ms, "deadline of every collective: how long a silent rank is waited for");
   // DEVELOPER ONLY (hidden from --help): a negative control from the testing library.
   cmd->add_flag("--naive-fc1", f->naive_fc1,
-                "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")
-      ->group("");
+                "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")->group("");
   cmd->add_flag("--naive-layer-offset", f->naive_layer_offset,
-                "NEGATIVE CONTROL (tests only): key layers by a contiguous stage offset, ignoring the VPP interleave")
-      ->group("");
+                "NEGATIVE CONTROL (tests only): key layers by a contiguous offset, ignoring VPP")->group("");
   AddJsonFlags(cmd, &f->json, &f->no_progress, "print the summary as JSON");
   cmd->add_option("--bucket-elems", f->bucket_elems,
                   "DDP bucket size in elements for the optimizer layout (0: one bucket per buffer)");
