@@ -8,6 +8,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -366,28 +367,38 @@ TEST_P(StorageConformance, ReaderNeverSeesHalfPublished) {
   std::atomic<bool> done{false};
   std::atomic<int> checked{0}, torn{0};
   std::string first_torn;
-  std::thread t([&] {
-    while (!done.load()) {
-      auto listed = reader->ListIterations();
-      if (!listed.ok()) continue;  // the root may not exist yet
-      for (int64_t it : *listed) {
-        const std::string m = ReadAll(reader->env(), IterPath(reader.get(), it, kManifestName));
-        const std::string f0 = ReadAll(reader->env(), IterPath(reader.get(), it, "rank_00000.h5"));
-        const std::string f1 = ReadAll(reader->env(), IterPath(reader.get(), it, "rank_00001.h5"));
-        if (m != ManifestText(it) || f0 != Pattern(20000, int(it)) || f1 != Pattern(777, int(it) + 1000)) {
-          if (torn++ == 0) first_torn = "iteration " + std::to_string(it) + ": manifest '" + m.substr(0, 80) + "'";
-        }
-        ++checked;
+  std::mutex torn_mu;
+  // Everything listed must be whole; `where` says who looked.
+  auto check_all = [&](const std::string& where) {
+    auto listed = reader->ListIterations();
+    if (!listed.ok()) return;  // the root may not exist yet
+    for (int64_t it : *listed) {
+      const std::string m = ReadAll(reader->env(), IterPath(reader.get(), it, kManifestName));
+      const std::string f0 = ReadAll(reader->env(), IterPath(reader.get(), it, "rank_00000.h5"));
+      const std::string f1 = ReadAll(reader->env(), IterPath(reader.get(), it, "rank_00001.h5"));
+      if (m != ManifestText(it) || f0 != Pattern(20000, int(it)) || f1 != Pattern(777, int(it) + 1000)) {
+        std::lock_guard<std::mutex> lock(torn_mu);
+        if (torn++ == 0)
+          first_torn = where + ": iteration " + std::to_string(it) + ", manifest '" + m.substr(0, 80) + "'";
       }
+      ++checked;
     }
+  };
+  std::thread t([&] {
+    while (!done.load()) check_all("concurrent reader");
   });
+  // Deterministically too: a look at every step of every Publish.
+  const StepHook look = [&](std::string_view step, int) {
+    check_all("at step " + std::string(step));
+    return Status::Ok();
+  };
   for (int it = 1; it <= kIterations; ++it) {
     auto staged = writer->Stage(it);
     ASSERT_TRUE(staged.ok()) << staged.status().ToString();
     WriteFile(writer->env(), JoinPath((*staged)->dir(), "rank_00000.h5"), Pattern(20000, it));
     WriteFile(writer->env(), JoinPath((*staged)->dir(), "rank_00001.h5"), Pattern(777, it + 1000));
     bool published = false;
-    ASSERT_TRUE((*staged)->Publish(ManifestText(it), nullptr, &published).ok());
+    ASSERT_TRUE((*staged)->Publish(ManifestText(it), look, &published).ok());
   }
   // Let the reader look at the final state at least once.
   const int before = checked.load();
