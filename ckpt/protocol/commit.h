@@ -62,8 +62,9 @@ Result<Manifest> MergeManifests(const std::vector<Manifest>& parts, int64_t iter
 Status PublishCheckpoint(StagedSave* staged, const Manifest& m, const StepHook& hook, bool* published);
 
 // After PublishCheckpoint: points the tracker at `iteration`
-// (Storage::WriteTracker; POSIX: tmp, fsync, rename, fsync root). Its failure does not undo the commit: the tracker then
-// lags, and LatestIteration (checkpoint.h) still finds the iteration.
+// (Storage::WriteTracker; POSIX: tmp, fsync, rename, fsync root). Its
+// failure does not undo the commit: the tracker then lags, and
+// LatestIteration (checkpoint.h) still finds the iteration.
 Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook);
 
 }  // namespace ckpt
