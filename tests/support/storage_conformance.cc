@@ -139,7 +139,8 @@ TEST_P(StorageConformance, RangeReads) {
   struct Range {
     uint64_t off, len;
   };
-  for (Range r : std::vector<Range>{{0, 1}, {0, 4096}, {4095, 2}, {123457, 65536}, {(1 << 20) - 10, 10}, {7, 1 << 19}}) {
+  const std::vector<Range> ranges = {{0, 1}, {0, 4096}, {4095, 2}, {123457, 65536}, {(1 << 20) - 10, 10}, {7, 1 << 19}};
+  for (Range r : ranges) {
     std::string got(r.len, '\0');
     auto n = (*f)->PRead(r.off, std::as_writable_bytes(std::span(got.data(), got.size())));
     ASSERT_TRUE(n.ok()) << n.status().ToString();
