@@ -27,7 +27,15 @@ Status CheckNotOlder(Storage* storage, int64_t iteration) {
 Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root) {
   StorageOptions opts;
   opts.env = env;
-  return OpenStorage(root, opts);
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenStorage(root, opts));
+  // The protocol still joins paths onto `root` and does its file IO through
+  // `env`: a root whose Env path differs (file://, mem://, s3://) would put
+  // files elsewhere than its backend looks, so it is refused until the
+  // callers take root() and env() from the Storage (DESIGN.md "Storage").
+  if (storage->root() != root || (env && storage->env() != env))
+    return Status::InvalidArgument("root '" + root + "': " + UrlScheme(root) +
+                                   ":// roots do not reach save/load yet; pass a plain path");
+  return storage;
 }
 
 Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,

@@ -22,7 +22,9 @@
 namespace ckpt {
 
 // The Storage of `root` (OpenStorage(root) doing its IO through env; nullptr:
-// the backend's own).
+// the backend's own). kInvalidArgument for a URL root whose backend uses
+// other paths or another Env than the protocol would (file://, mem://):
+// refused until the protocol takes root() and env() from the Storage.
 Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root);
 
 // Runs "begin", checks the iteration's range, stages the save

@@ -6,6 +6,8 @@
 
 #include <memory>
 
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/commit.h"
 #include "ckpt/storage/layout.h"
 #include "ckpt/storage/mem_env.h"
 #include "ckpt/storage/storage.h"
@@ -114,6 +116,19 @@ TEST(StorageRegistry, RegisteredSchemeIsOpenedOnceTaken) {
   EXPECT_EQ(opened, 1);
   EXPECT_EQ(RegisterStorageScheme("conformancetest", nullptr).code(), Code::kAlreadyExists);
   EXPECT_EQ(RegisterStorageScheme("file", nullptr).code(), Code::kAlreadyExists);
+}
+
+// Until the protocol takes its paths and Env from the Storage, a URL root
+// whose files would land elsewhere is refused, not written beside it.
+TEST(StorageProtocol, UrlRootsThatTheProtocolWouldMisplaceAreRefused) {
+  const std::string plain = JoinPath(Scratch(), "plain_root");
+  EXPECT_TRUE(OpenRoot(nullptr, plain).ok());
+  for (const std::string& url : {"file://" + plain, std::string("mem://protocol_root")}) {
+    auto listed = ListIterations(DefaultEnv(), url);
+    EXPECT_EQ(listed.status().code(), Code::kInvalidArgument) << url << ": " << listed.status().ToString();
+    EXPECT_NE(listed.status().message().find(url), std::string::npos) << listed.status().ToString();
+  }
+  EXPECT_EQ(OpenRoot(nullptr, "gopher://x").status().code(), Code::kInvalidArgument);
 }
 
 // The medium's errors reach the caller with their code: ENOSPC while the
