@@ -19,7 +19,7 @@ include(CMakePackageConfigHelpers)
 
 set(CKPT_PUBLIC_HEADERS
   ckpt/base/status.h ckpt/base/dtype.h ckpt/base/sharded_tensor.h ckpt/base/env.h ckpt/base/comm.h
-  ckpt/base/chunk_hash.h
+  ckpt/base/chunk_hash.h ckpt/storage/storage.h ckpt/storage/layout.h
   ckpt/format/codec.h ckpt/format/shard_file.h ckpt/format/manifest.h
   reshard/intersect.h reshard/read_plan.h
   ckpt/protocol/checkpoint.h ckpt/protocol/async_save.h ckpt/protocol/snapshot_memory.h
@@ -56,7 +56,7 @@ foreach(dep hdf5 zstd xxhash mpi)
   set_target_properties(ckpt_dep_${dep} PROPERTIES EXPORT_NAME dep_${dep})
 endforeach()
 
-set(CKPT_CORE_OBJECTS $<TARGET_OBJECTS:ckpt_base> $<TARGET_OBJECTS:ckpt_reshard>
+set(CKPT_CORE_OBJECTS $<TARGET_OBJECTS:ckpt_base> $<TARGET_OBJECTS:ckpt_storage> $<TARGET_OBJECTS:ckpt_reshard>
     $<TARGET_OBJECTS:ckpt_zstd_filter> $<TARGET_OBJECTS:ckpt_format> $<TARGET_OBJECTS:ckpt_protocol>)
 
 # Usage requirements shared by the shared and the static library. The static

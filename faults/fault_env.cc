@@ -26,45 +26,41 @@ void AppendLine(const std::string& path, const std::string& line) {
   ::close(fd);
 }
 
-class FaultFile final : public File {
+class FaultFile final : public FileWrapper {
  public:
-  FaultFile(FaultEnv* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
-  const std::string& path() const override { return f_->path(); }
+  FaultFile(FaultEnv* env, std::unique_ptr<File> f) : FileWrapper(std::move(f)), env_(env) {}
 
   Result<size_t> PRead(uint64_t offset, std::span<std::byte> dst) override {
     CKPT_RETURN_IF_ERROR(env_->Intercept("env.pread", path(), offset, dst.size()));
-    return f_->PRead(offset, dst);
+    return target()->PRead(offset, dst);
   }
   Status PWrite(uint64_t offset, std::span<const std::byte> src) override {
     int64_t keep = -1;
     Status st = env_->Intercept("env.pwrite", path(), offset, src.size(), &keep);
     // A short write is what a full disk does: part of the data lands, then the error.
-    if (keep > 0) f_->PWrite(offset, src.first(size_t(keep))).IgnoreError();
+    if (keep > 0) target()->PWrite(offset, src.first(size_t(keep))).IgnoreError();
     if (!st.ok()) return st;
-    return f_->PWrite(offset, src);
+    return target()->PWrite(offset, src);
   }
   Status Truncate(uint64_t size) override {
     CKPT_RETURN_IF_ERROR(env_->Intercept("env.truncate", path(), size, 0));
-    return f_->Truncate(size);
+    return target()->Truncate(size);
   }
   Result<uint64_t> Size() override {
     CKPT_RETURN_IF_ERROR(env_->Intercept("env.size", path(), 0, 0));
-    return f_->Size();
+    return target()->Size();
   }
   Status Sync() override {
     CKPT_RETURN_IF_ERROR(env_->Intercept("env.fsync", path(), 0, 0));
-    return env_->sync_disabled() ? Status::Ok() : f_->Sync();
+    return env_->sync_disabled() ? Status::Ok() : target()->Sync();
   }
   Status Close() override {
     CKPT_RETURN_IF_ERROR(env_->Intercept("env.close", path(), 0, 0));
-    return f_->Close();
+    return target()->Close();
   }
-  DirectIoStats direct_io() const override { return f_->direct_io(); }
-  double PageCacheShare() override { return f_->PageCacheShare(); }
 
  private:
   FaultEnv* env_;
-  std::unique_ptr<File> f_;
 };
 
 [[noreturn]] void SleepForever() {

@@ -57,63 +57,59 @@ std::string ContentIfFile(Env* env, const std::string& path, bool* existed) {
   return std::move(data).value();
 }
 
-class PowerLossFile final : public File {
+class PowerLossFile final : public FileWrapper {
  public:
-  PowerLossFile(PowerLossEnv* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
-  const std::string& path() const override { return f_->path(); }
+  PowerLossFile(PowerLossEnv* env, std::unique_ptr<File> f) : FileWrapper(std::move(f)), env_(env) {}
 
   Result<size_t> PRead(uint64_t offset, std::span<std::byte> dst) override {
     env_->CheckPower();
-    return f_->PRead(offset, dst);
+    return target()->PRead(offset, dst);
   }
   Status PWrite(uint64_t offset, std::span<const std::byte> src) override {
     std::lock_guard<std::mutex> lock(env_->mu());
     env_->CheckPower();
-    CKPT_ASSIGN_OR_RETURN(uint64_t size, f_->Size());
+    CKPT_ASSIGN_OR_RETURN(uint64_t size, target()->Size());
     JournalRecord r{JournalOp::kWrite, 0, 0, 0, path(), "", offset, size, "", ""};
     if (offset < size) {
       r.pre.resize(std::min<uint64_t>(src.size(), size - offset));
-      CKPT_ASSIGN_OR_RETURN(size_t n, f_->PRead(offset, std::as_writable_bytes(std::span(r.pre))));
+      CKPT_ASSIGN_OR_RETURN(size_t n, target()->PRead(offset, std::as_writable_bytes(std::span(r.pre))));
       r.pre.resize(n);
     }
     r.data.assign(reinterpret_cast<const char*>(src.data()), src.size());
     env_->Journal(std::move(r));
-    return f_->PWrite(offset, src);
+    return target()->PWrite(offset, src);
   }
   Status Truncate(uint64_t new_size) override {
     std::lock_guard<std::mutex> lock(env_->mu());
     env_->CheckPower();
-    CKPT_ASSIGN_OR_RETURN(uint64_t size, f_->Size());
+    CKPT_ASSIGN_OR_RETURN(uint64_t size, target()->Size());
     JournalRecord r{JournalOp::kTruncate, 0, 0, 0, path(), "", new_size, size, "", ""};
     if (new_size < size) {
       r.pre.resize(size - new_size);
-      CKPT_ASSIGN_OR_RETURN(size_t n, f_->PRead(new_size, std::as_writable_bytes(std::span(r.pre))));
+      CKPT_ASSIGN_OR_RETURN(size_t n, target()->PRead(new_size, std::as_writable_bytes(std::span(r.pre))));
       r.pre.resize(n);
     }
     env_->Journal(std::move(r));
-    return f_->Truncate(new_size);
+    return target()->Truncate(new_size);
   }
   Result<uint64_t> Size() override {
     env_->CheckPower();
-    return f_->Size();
+    return target()->Size();
   }
   Status Sync() override {
     env_->CheckPower();
-    CKPT_RETURN_IF_ERROR(f_->Sync());
+    CKPT_RETURN_IF_ERROR(target()->Sync());
     std::lock_guard<std::mutex> lock(env_->mu());
     env_->Journal({JournalOp::kSync, 0, 0, 0, path(), "", 0, 0, "", ""});
     return Status::Ok();
   }
   Status Close() override {
     env_->CheckPower();
-    return f_->Close();
+    return target()->Close();
   }
-  DirectIoStats direct_io() const override { return f_->direct_io(); }
-  double PageCacheShare() override { return f_->PageCacheShare(); }
 
  private:
   PowerLossEnv* env_;
-  std::unique_ptr<File> f_;
 };
 
 }  // namespace

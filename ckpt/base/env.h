@@ -211,6 +211,28 @@ class EnvWrapper : public Env {
   Env* target_;
 };
 
+// Forwards every File call to a target File it owns; decorators (fault
+// injection, power loss, progress meters) override what they change, so a
+// new File method reaches every decorator's target without edits there.
+class FileWrapper : public File {
+ public:
+  explicit FileWrapper(std::unique_ptr<File> target) : target_(std::move(target)) {}
+  File* target() const { return target_.get(); }
+  const std::string& path() const override { return target_->path(); }
+  Result<size_t> PRead(uint64_t offset, std::span<std::byte> dst) override { return target_->PRead(offset, dst); }
+  Status PWrite(uint64_t offset, std::span<const std::byte> src) override { return target_->PWrite(offset, src); }
+  Status Truncate(uint64_t size) override { return target_->Truncate(size); }
+  Result<uint64_t> Size() override { return target_->Size(); }
+  Status Sync() override { return target_->Sync(); }
+  Status Close() override { return target_->Close(); }
+  void WillNeed(uint64_t offset, uint64_t bytes) override { target_->WillNeed(offset, bytes); }
+  DirectIoStats direct_io() const override { return target_->direct_io(); }
+  double PageCacheShare() override { return target_->PageCacheShare(); }
+
+ private:
+  std::unique_ptr<File> target_;
+};
+
 // Helpers built only on the Env interface.
 Result<std::string> ReadFileToString(Env* env, const std::string& path, const OpenOptions& opts = {});
 // create/truncate, write, Sync, Close. Does not sync the directory.

@@ -90,13 +90,12 @@ void ProgressReporter::Finish() {
 namespace {
 
 // Counts the bytes each PRead/PWrite moved; reports the file once on Close.
-class MeterFile final : public File {
+class MeterFile final : public FileWrapper {
  public:
-  MeterFile(MeterEnv* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
+  MeterFile(MeterEnv* env, std::unique_ptr<File> f) : FileWrapper(std::move(f)), env_(env) {}
   ~MeterFile() override { Done(); }
-  const std::string& path() const override { return f_->path(); }
   Result<size_t> PRead(uint64_t offset, std::span<std::byte> dst) override {
-    Result<size_t> r = f_->PRead(offset, dst);
+    Result<size_t> r = target()->PRead(offset, dst);
     if (r.ok() && env_->reads() && *r > 0) {
       env_->progress()->AddBytes(int64_t(*r));
       moved_.store(true, std::memory_order_relaxed);
@@ -104,31 +103,24 @@ class MeterFile final : public File {
     return r;
   }
   Status PWrite(uint64_t offset, std::span<const std::byte> src) override {
-    Status st = f_->PWrite(offset, src);
+    Status st = target()->PWrite(offset, src);
     if (st.ok() && env_->writes() && !src.empty()) {
       env_->progress()->AddBytes(int64_t(src.size()));
       moved_.store(true, std::memory_order_relaxed);
     }
     return st;
   }
-  Status Truncate(uint64_t size) override { return f_->Truncate(size); }
-  Result<uint64_t> Size() override { return f_->Size(); }
-  Status Sync() override { return f_->Sync(); }
   Status Close() override {
-    Status st = f_->Close();
+    Status st = target()->Close();
     Done();
     return st;
   }
-  void WillNeed(uint64_t offset, uint64_t bytes) override { f_->WillNeed(offset, bytes); }
-  DirectIoStats direct_io() const override { return f_->direct_io(); }
-  double PageCacheShare() override { return f_->PageCacheShare(); }
 
  private:
   void Done() {
-    if (moved_.exchange(false)) env_->FileDone(f_->path());
+    if (moved_.exchange(false)) env_->FileDone(target()->path());
   }
   MeterEnv* env_;
-  std::unique_ptr<File> f_;
   std::atomic<bool> moved_{false};  // reader workers may share a File (pread)
 };
 

@@ -169,17 +169,18 @@ Result<ConvertStats> ImportHfLlama(const HfImportOptions& o) {
   stats.model_bytes = int64_t(dir->total_bytes());
   CreatedDirs made(env);  // a failed import leaves no root it created
   CKPT_RETURN_IF_ERROR(made.Create(o.root));
-  std::unique_ptr<DirLock> lease;  // held until the commit or the abandon
+  std::unique_ptr<StagedSave> staged;  // the tmp dir and its lease, held until the commit or the abandon
   std::string tmp;
   auto abandon = [&](const Status& st) {
-    if (!tmp.empty()) RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
-    lease.reset();
+    if (staged) staged->Abandon().IgnoreError();  // nothing visible yet
+    staged.reset();
     made.RemoveIfEmpty();
     return st;
   };
-  auto prepared = PrepareSaveDir(env, o.root, o.iteration, nullptr, &lease, /*allow_older=*/true);  // explicit iteration
+  auto prepared = PrepareSaveDir(env, o.root, o.iteration, nullptr, /*allow_older=*/true);  // explicit iteration
   if (!prepared.ok()) return abandon(prepared.status());
-  tmp = *prepared;
+  staged = std::move(prepared).value();
+  tmp = staged->dir();
   std::vector<Manifest> parts;
   for (int r = 0; r < o.layout.world_size(); ++r) {
     auto part = WriteRank(o, env, tmp, r, m.gpt, by_key, *dir, &stats);
@@ -190,7 +191,7 @@ Result<ConvertStats> ImportHfLlama(const HfImportOptions& o) {
   auto merged = MergeManifests(parts, o.iteration, reshard::LayoutToJson(o.layout), Metadata(o, m, *dir));
   if (!merged.ok()) return abandon(merged.status());
   bool published = false;
-  Status st = PublishCheckpoint(env, o.root, tmp, *merged, nullptr, &published);
+  Status st = PublishCheckpoint(staged.get(), *merged, nullptr, &published);
   if (!st.ok()) return published ? st : abandon(st);
   CKPT_RETURN_IF_ERROR(UpdateTracker(env, o.root, o.iteration, nullptr));
   stats.bytes_read = dir->bytes_read();

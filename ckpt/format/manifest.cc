@@ -95,32 +95,6 @@ std::string SerializeManifest(const Manifest& m) {
   return std::string(kHashPrefix) + Sha256Hex(body) + "\",\n" + body;
 }
 
-std::string IterDirName(int64_t iteration) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "iter_%07lld", static_cast<long long>(iteration));
-  return buf;
-}
-
-std::string TmpIterDirName(int64_t iteration, const std::string& nonce) {
-  return "." + IterDirName(iteration) + ".tmp-" + nonce;
-}
-
-Result<int64_t> ParseIterDirName(std::string_view name) {
-  constexpr std::string_view kPrefix = "iter_";
-  if (name.substr(0, kPrefix.size()) != kPrefix || name.size() == kPrefix.size())
-    return Status::InvalidArgument("not an iteration directory: " + std::string(name));
-  int64_t v = 0;
-  for (char c : name.substr(kPrefix.size())) {
-    if (c < '0' || c > '9') return Status::InvalidArgument("not an iteration directory: " + std::string(name));
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
-bool IsTmpIterDirName(std::string_view name) {
-  return name.substr(0, 6) == ".iter_" && name.find(".tmp-") != std::string_view::npos;
-}
-
 std::string ShardFileName(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "rank_%05d.h5", rank);

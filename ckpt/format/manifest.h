@@ -22,6 +22,7 @@
 #include "ckpt/format/shard_file.h"
 #include "ckpt/base/sharded_tensor.h"
 #include "ckpt/base/status.h"
+#include "ckpt/storage/layout.h"
 
 namespace ckpt {
 
@@ -32,8 +33,6 @@ namespace ckpt {
 // and writers omit it for SHA-256). Readers accept 1..kFormatVersion.
 inline constexpr int kFormatVersion = 2;
 inline constexpr int kOldestFormatVersion = 1;
-inline constexpr const char* kManifestName = "manifest.json";
-inline constexpr const char* kTrackerName = "latest_checkpointed_iteration.txt";
 
 struct ManifestFile {
   std::string name;  // relative to the iteration directory
@@ -126,13 +125,8 @@ Status ValidateManifest(const Manifest& m);
 // (checked without recursion, strings skipped).
 Status CheckJsonDepth(std::string_view text, int max_depth);
 
-// Iteration directory name "iter_0000042" and the temporary one
-// ".iter_0000042.tmp-<nonce>".
-std::string IterDirName(int64_t iteration);
-std::string TmpIterDirName(int64_t iteration, const std::string& nonce);
-// Parses "iter_0000042" -> 42; anything else -> kInvalidArgument.
-Result<int64_t> ParseIterDirName(std::string_view name);
-bool IsTmpIterDirName(std::string_view name);
+// kManifestName, kTrackerName, IterDirName, TmpIterDirName, ParseIterDirName,
+// IsTmpIterDirName: ckpt/storage/layout.h.
 std::string ShardFileName(int rank);  // "rank_00003.h5"
 
 }  // namespace ckpt

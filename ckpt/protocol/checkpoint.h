@@ -54,15 +54,16 @@
 #include "ckpt/format/shard_file.h"
 #include "ckpt/base/sharded_tensor.h"
 #include "ckpt/base/status.h"
+#include "ckpt/storage/storage.h"
 #include "reshard/read_plan.h"
 
 namespace ckpt {
 
-// Called at each named protocol step ("begin", "plan", "shard_write",
-// "shard_fsync", "vote", "manifest_write", "manifest_rename", "dir_rename",
-// "root_fsync", "tracker_update", "commit"); a non-OK return fails the save
-// at that point. faults/ uses it to crash, hang or fail a rank mid-protocol.
-using StepHook = std::function<Status(std::string_view step, int rank)>;
+// StepHook (ckpt/storage/storage.h): called at each named protocol step
+// ("begin", "plan", "shard_write", "shard_fsync", "vote", "manifest_write",
+// "manifest_rename", "dir_rename", "root_fsync", "tracker_update", "commit");
+// a non-OK return fails the save at that point. faults/ uses it to crash,
+// hang or fail a rank mid-protocol.
 
 enum class NonFinitePolicy { kAllow, kWarn, kRefuse };
 // The origin phase (Status::phase()) of a save refused under kRefuse because a

@@ -3,8 +3,10 @@
 // file in turn): prepare the tmp dir, write one rank's shard file, merge the
 // per-rank indexes into a manifest, publish it atomically.
 //
+// The backend steps (staging, lease, publish, tracker) are the Storage's
+// (ckpt/storage/storage.h); these functions add the protocol's checks.
 // Failure: every function returns the first error; nothing is visible under
-// the root until PublishCheckpoint's directory rename succeeds. Thread-safe
+// the root until PublishCheckpoint passes the backend's commit point. Thread-safe
 // as far as the Env is (distinct ranks may write concurrently).
 #pragma once
 
@@ -14,20 +16,27 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/base/dir_lock.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/storage/storage.h"
 
 namespace ckpt {
 
-// Creates root if needed, deletes tmp dirs of abandoned saves (those whose
-// lease nobody holds; live saves' are left alone), refuses an existing iter
-// dir or a live save of the same iteration (kAlreadyExists naming its owner),
-// refuses an iteration below the newest one under root unless allow_older
-// (kFailedPrecondition saying why), creates a fresh
-// "<root>/.iter_N.tmp-<host>-<pid>-<hex>", takes its lease into *lease (hold
-// it until the save ends) and returns the path.
-Result<std::string> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration, const StepHook& hook,
-                                   std::unique_ptr<DirLock>* lease, bool allow_older = false);
+// The Storage of `root` (OpenStorage(root) doing its IO through env; nullptr:
+// the backend's own). kInvalidArgument for a URL root whose backend uses
+// other paths or another Env than the protocol would (file://, mem://):
+// refused until the protocol takes root() and env() from the Storage.
+Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root);
+
+// Runs "begin", checks the iteration's range, stages the save
+// (Storage::Stage: creates root if needed, deletes abandoned saves' staging
+// areas, refuses an existing iteration or a live save of the same one with
+// kAlreadyExists naming its owner) and, before creating anything, an
+// iteration below the newest one under root unless allow_older
+// (kFailedPrecondition saying why). The StagedSave holds the lease: keep it
+// until the save ends; its dir() (POSIX "<root>/.iter_N.tmp-<host>-<pid>-<hex>")
+// takes the rank files.
+Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,
+                                                   const StepHook& hook, bool allow_older = false);
 
 // Writes `tensors` (as main replicas) and `objects` into <tmp_dir>/rank_<r>.h5
 // and fsyncs it, every chunk hashed with opts.hash. Returns a one-file partial
@@ -46,17 +55,18 @@ Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
 Result<Manifest> MergeManifests(const std::vector<Manifest>& parts, int64_t iteration, const nlohmann::json& layout,
                                 const nlohmann::json& metadata);
 
-// manifest (tmp, fsync, rename, fsync dir), fsync tmp dir, rename it to iter_N
-// without replacing, fsync root. OK: committed (the rename is durable).
-// *published turns true once the directory is visible (after that it must
-// never be removed); an error after that (the root fsync) says the directory
-// is visible but may not survive a crash.
-Status PublishCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir, const Manifest& m,
-                         const StepHook& hook, bool* published);
+// StagedSave::Publish of m's serialized form (POSIX: manifest tmp, fsync,
+// rename, fsync dir, fsync tmp dir, rename it to iter_N without replacing,
+// fsync root). OK: committed and durable. *published turns true once the
+// iteration is visible (after that it must never be removed); an error
+// after that (the root fsync) says it is visible but may not survive a crash.
+// kInvalidArgument when m is not of the staged iteration.
+Status PublishCheckpoint(StagedSave* staged, const Manifest& m, const StepHook& hook, bool* published);
 
-// After PublishCheckpoint: points the tracker at `iteration` (tmp, fsync,
-// rename, fsync root). Its failure does not undo the commit: the tracker then
-// lags, and LatestIteration (checkpoint.h) still finds the iteration.
+// After PublishCheckpoint: points the tracker at `iteration`
+// (Storage::WriteTracker; POSIX: tmp, fsync, rename, fsync root). Its
+// failure does not undo the commit: the tracker then lags, and
+// LatestIteration (checkpoint.h) still finds the iteration.
 Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook);
 
 }  // namespace ckpt

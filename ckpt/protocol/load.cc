@@ -13,6 +13,7 @@
 #include "ckpt/base/status_wire.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/commit.h"
 #include "ckpt/format/chunk_reader.h"
 #include "ckpt/protocol/load_internal.h"
 #include "ckpt/protocol/load_share.h"
@@ -23,26 +24,6 @@ namespace ckpt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Control and non-ASCII bytes as \xNN: file contents never reach a terminal raw.
-std::string EscapeForMessage(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += char(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-bool AllDigits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 
 using load_internal::ChunkKey;
 using load_internal::ChunkPlan;
@@ -456,30 +437,16 @@ std::string RootHint(Env* env, const std::string& root) {
 }
 
 Result<int64_t> ReadTracker(Env* env, const std::string& root) {
-  const std::string path = JoinPath(root, kTrackerName);
-  CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(path));
-  if (!info.exists) return Status::NotFound("no checkpoint tracker '" + path + "'" + RootHint(env, root));
-  CKPT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, path));
-  std::string_view v(text);
-  while (!v.empty() && (v.back() == '\n' || v.back() == ' ' || v.back() == '\r')) v.remove_suffix(1);
-  if (v.empty()) return Status::Corruption("checkpoint tracker '" + path + "' is empty");
-  if (!AllDigits(v) || v.size() > 18)
-    return Status::Corruption("checkpoint tracker '" + path + "' does not hold an iteration number: '" +
-                              EscapeForMessage(v.substr(0, 40)) + "'" + (v.size() > 40 ? "..." : ""));
-  return std::stoll(std::string(v));
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  Result<int64_t> tracked = storage->ReadTracker();
+  if (tracked.status().code() == Code::kNotFound)
+    return Status::NotFound(tracked.status().message() + RootHint(storage->env(), root));
+  return tracked;
 }
 
 Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root) {
-  CKPT_ASSIGN_OR_RETURN(auto names, env->ListDir(root));
-  std::vector<int64_t> iters;
-  for (const auto& n : names) {
-    auto it = ParseIterDirName(n);
-    if (!it.ok()) continue;
-    CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(JoinPath(root, n)));
-    if (info.IsDirOrLinkToDir()) iters.push_back(*it);  // a link to an archived iteration loads
-  }
-  std::sort(iters.begin(), iters.end());
-  return iters;
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  return storage->ListIterations();
 }
 
 Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iteration) {

@@ -71,17 +71,18 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   const int64_t dst_iter = opts.dst_iteration >= 0 ? opts.dst_iteration : src.iteration;
   CreatedDirs made(env);  // a refused reshard leaves no destination it created
   CKPT_RETURN_IF_ERROR(made.Create(opts.dst_root));
-  std::unique_ptr<DirLock> lease;  // held until the commit or the abandon
+  std::unique_ptr<StagedSave> staged;  // the tmp dir and its lease, held until the commit or the abandon
   std::string tmp;
   auto abandon = [&](const Status& st) {
-    if (!tmp.empty()) RemoveTree(env, tmp).IgnoreError();  // nothing visible yet
-    lease.reset();
+    if (staged) staged->Abandon().IgnoreError();  // nothing visible yet
+    staged.reset();
     made.RemoveIfEmpty();
     return st;
   };
-  auto prepared = PrepareSaveDir(env, opts.dst_root, dst_iter, nullptr, &lease, /*allow_older=*/true);  // explicit iteration
+  auto prepared = PrepareSaveDir(env, opts.dst_root, dst_iter, nullptr, /*allow_older=*/true);  // explicit iteration
   if (!prepared.ok()) return abandon(prepared.status());
-  tmp = *prepared;
+  staged = std::move(prepared).value();
+  tmp = staged->dir();
   // Nothing may be dropped silently: tensors the target layout does not
   // request make the reshard fail; single-cell (layout-free) objects the
   // factory does not request are carried over by target rank 0.
@@ -107,7 +108,7 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   auto merged = MergeManifests(parts, dst_iter, opts.layout, metadata);
   if (!merged.ok()) return abandon(merged.status());
   bool published = false;
-  Status st = PublishCheckpoint(env, opts.dst_root, tmp, *merged, nullptr, &published);
+  Status st = PublishCheckpoint(staged.get(), *merged, nullptr, &published);
   if (!st.ok()) return published ? st : abandon(st);
   CKPT_RETURN_IF_ERROR(UpdateTracker(env, opts.dst_root, dst_iter, nullptr)
                            .WithContext("committed " + JoinPath(opts.dst_root, IterDirName(dst_iter)) +

@@ -1,48 +1,12 @@
 #include "ckpt/protocol/retention.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <random>
 
-#include "ckpt/base/dir_lock.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/commit.h"
 
 namespace ckpt {
-namespace {
-
-std::string RetiredNonce() {
-  std::random_device rd;
-  const uint64_t v = (uint64_t(rd()) << 32) ^ rd() ^
-                     uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return ProcessOwnerTag() + "-" + buf;
-}
-
-// Renames iter_N to a tmp name (so no reader can pick a half-deleted dir),
-// makes the rename durable, then removes the tree under its lease. An iter_N
-// that is a link (to an archived iteration, say) loses only the link: one
-// unlink, atomic, and what it names is never touched (`*was_link`).
-Status Retire(Env* env, const std::string& root, int64_t iteration, bool* was_link) {
-  const std::string from = JoinPath(root, IterDirName(iteration));
-  CKPT_ASSIGN_OR_RETURN(FileInfo info, env->Stat(from));
-  *was_link = info.kind == FileKind::kSymlink;
-  if (*was_link) {
-    CKPT_RETURN_IF_ERROR(env->RemoveFile(from));
-    return env->SyncDir(root);
-  }
-  if (!info.is_dir) return Status::Ok();  // gone meanwhile
-  const std::string to = JoinPath(root, TmpIterDirName(iteration, RetiredNonce()));
-  CKPT_RETURN_IF_ERROR(env->RenameNoReplace(from, to));
-  CKPT_RETURN_IF_ERROR(env->SyncDir(root));
-  auto lease = DirLock::TryLock(to);  // a concurrent save's cleanup leaves a leased tmp dir alone
-  Status st = RemoveTree(env, to);
-  return st.ok() || st.code() == Code::kNotFound ? Status::Ok() : st;
-}
-
-}  // namespace
 
 Status ValidateRetention(const RetentionPolicy& p) {
   if (p.keep_last < 0 || p.keep_every < 0)
@@ -72,18 +36,19 @@ std::vector<int64_t> RetentionVictims(const std::vector<int64_t>& committed, int
 Result<RetentionResult> ApplyRetention(Env* env, const std::string& root, int64_t newest,
                                        const RetentionPolicy& p) {
   CKPT_RETURN_IF_ERROR(ValidateRetention(p));
-  env = env ? env : DefaultEnv();
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));  // env nullptr: the backend's own
+  env = storage->env();
   CKPT_ASSIGN_OR_RETURN(int64_t tracked, ReadTracker(env, root));
   CKPT_ASSIGN_OR_RETURN(int64_t latest, LatestIteration(env, root));
   if (tracked != newest || latest != newest)
     return Status::FailedPrecondition("retention skipped: iteration " + std::to_string(newest) +
                                       " is not durable as the latest (tracker names " + std::to_string(tracked) +
                                       ", latest committed is " + std::to_string(latest) + "); nothing deleted");
-  CKPT_ASSIGN_OR_RETURN(auto committed, ListIterations(env, root));
+  CKPT_ASSIGN_OR_RETURN(auto committed, storage->ListIterations());
   RetentionResult r;
   for (int64_t it : RetentionVictims(committed, newest, p)) {
     bool was_link = false;
-    CKPT_RETURN_IF_ERROR(Retire(env, root, it, &was_link).WithContext("retention: deleting " + IterDirName(it)));
+    CKPT_RETURN_IF_ERROR(storage->DeleteIteration(it, &was_link).WithContext("retention: deleting " + IterDirName(it)));
     r.deleted.push_back(it);
     if (was_link) r.unlinked.push_back(it);
   }

@@ -96,7 +96,7 @@ class SaveRun {
   // Rank 0, after a failure before the directory rename: the tmp dir is
   // never visible, drop it.
   void Abandon() {
-    if (rank_ == 0 && !published_ && !tmp_dir_.empty()) RemoveTree(env_, tmp_dir_).IgnoreError();
+    if (rank_ == 0 && !published_ && staged_) staged_->Abandon().IgnoreError();
   }
 
   const ShardedStateDict& state_;
@@ -106,7 +106,7 @@ class SaveRun {
   Comm* comm_;
   int rank_;
   std::string tmp_dir_;
-  std::unique_ptr<DirLock> lease_;  // rank 0: the tmp dir's lease, held for the whole save
+  std::unique_ptr<StagedSave> staged_;  // rank 0: the tmp dir and its lease, held for the whole save
   bool published_ = false;  // rank 0: the directory rename happened
   bool committed_ = false;  // rank 0: ... and was made durable
   Status vote_step_;        // my write and "vote" step (a failure is mine, reported first)
@@ -118,9 +118,12 @@ class SaveRun {
 Result<std::string> SaveRun::Begin() {
   std::string msg;
   if (rank_ == 0) {
-    auto tmp = PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook, &lease_, opts_.allow_older);
-    msg = tmp.ok() ? OkMsg(*tmp) : ErrMsg(Mine(tmp.status(), "begin"));
-    if (tmp.ok()) tmp_dir_ = *tmp;  // Abandon() drops it if the broadcast fails
+    auto staged = PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook, opts_.allow_older);
+    msg = staged.ok() ? OkMsg((*staged)->dir()) : ErrMsg(Mine(staged.status(), "begin"));
+    if (staged.ok()) {
+      staged_ = std::move(staged).value();
+      tmp_dir_ = staged_->dir();  // Abandon() drops it if the broadcast fails
+    }
   }
   CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "begin"));
   Result<std::string> dir = DecodeOutcome(got);
@@ -219,7 +222,7 @@ Result<Manifest> SaveRun::MergeVotes(const std::vector<std::string>& votes) {
 // files) goes. A tracker failure leaves the iteration committed: a warning.
 Status SaveRun::Commit(const std::vector<std::string>& votes) {
   Result<Manifest> m = MergeVotes(votes);
-  Status st = m.ok() ? PublishCheckpoint(env_, opts_.root, tmp_dir_, *m, opts_.hook, &published_) : m.status();
+  Status st = m.ok() ? PublishCheckpoint(staged_.get(), *m, opts_.hook, &published_) : m.status();
   if (!st.ok() && published_)  // visible, but the commit point (root fsync) was not reached
     return Status(Code::kOutcomeUnknown, "outcome unknown: " + st.ToString(), rank_, "commit");
   if (!st.ok()) {
@@ -284,7 +287,7 @@ std::string SaveRun::DecideRound(VoteTally& tally, const std::vector<std::string
                                     [](const std::string& v) { return !v.empty() && !DecodeOutcome(v).ok(); });
     return EncodeFinal(failed ? ErrMsg(Mine(MergeVotes(votes).status(), "commit")) : DecideCommit(votes));
   }
-  stalled_ = tally.Stalled(now, rank_).At(rank_, "vote");
+  stalled_ = tally.Stalled(now, rank_, comm_).At(rank_, "vote");
   return stalled_.ok() ? EncodeGoOn() : EncodeFinal(ErrMsg(stalled_));
 }
 

@@ -8,22 +8,17 @@ namespace ckpt {
 namespace {
 
 // Counts each completed operation of one file; refuses writes once cancelled.
-class ProgressFile final : public File {
+class ProgressFile final : public FileWrapper {
  public:
-  ProgressFile(ProgressEnv* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
-  const std::string& path() const override { return f_->path(); }
-  Result<size_t> PRead(uint64_t offset, std::span<std::byte> dst) override { return Count(f_->PRead(offset, dst)); }
+  ProgressFile(ProgressEnv* env, std::unique_ptr<File> f) : FileWrapper(std::move(f)), env_(env) {}
+  Result<size_t> PRead(uint64_t offset, std::span<std::byte> dst) override { return Count(target()->PRead(offset, dst)); }
   Status PWrite(uint64_t offset, std::span<const std::byte> src) override {
     if (env_->cancelled()) return Status::Aborted("'" + path() + "': write stopped: the save failed on another rank");
-    return Count(f_->PWrite(offset, src));
+    return Count(target()->PWrite(offset, src));
   }
-  Status Truncate(uint64_t size) override { return Count(f_->Truncate(size)); }
-  Result<uint64_t> Size() override { return f_->Size(); }
-  Status Sync() override { return Count(f_->Sync()); }
-  Status Close() override { return Count(f_->Close()); }
-  void WillNeed(uint64_t offset, uint64_t bytes) override { f_->WillNeed(offset, bytes); }
-  DirectIoStats direct_io() const override { return f_->direct_io(); }
-  double PageCacheShare() override { return f_->PageCacheShare(); }
+  Status Truncate(uint64_t size) override { return Count(target()->Truncate(size)); }
+  Status Sync() override { return Count(target()->Sync()); }
+  Status Close() override { return Count(target()->Close()); }
 
  private:
   template <typename T>
@@ -32,7 +27,6 @@ class ProgressFile final : public File {
     return r;
   }
   ProgressEnv* env_;
-  std::unique_ptr<File> f_;
 };
 
 constexpr char kWriting = 'W', kVote = 'V', kVoted = 'D', kGoOn = 'G', kFinal = 'F';
@@ -96,13 +90,21 @@ bool VoteTally::Decided() const {
   return failed_vote_ || std::none_of(votes_.begin(), votes_.end(), [](const std::string& v) { return v.empty(); });
 }
 
-Status VoteTally::Stalled(Clock::time_point now, int me) const {
+Status VoteTally::Stalled(Clock::time_point now, int me, const Comm* comm) const {
+  MissingPeers stalled;
   std::string ranks;
-  for (size_t r = 0; r < votes_.size(); ++r)
-    if (votes_[r].empty() && now - writers_[r].since >= timeout_) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  for (size_t r = 0; r < votes_.size(); ++r) {
+    if (!votes_[r].empty() || now - writers_[r].since < timeout_) continue;
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    stalled.ranks.push_back(int(r));
+    stalled.hosts.push_back(comm ? comm->host(int(r)) : "");
+  }
   if (ranks.empty()) return Status::Ok();
+  stalled.phase = "vote";
   return Status::Timeout("rank " + std::to_string(me) + ": no progress from rank(s) " + ranks + " within " +
-                         std::to_string(timeout_.count()) + " ms in phase 'vote' (their writes stopped)");
+                         std::to_string(timeout_.count()) + " ms in phase 'vote' (their writes stopped; " +
+                         stalled.Describe() + ")")
+      .WithMissing(std::move(stalled));
 }
 
 }  // namespace ckpt
