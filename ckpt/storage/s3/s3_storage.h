@@ -42,3 +42,17 @@ Result<std::unique_ptr<Storage>> OpenS3Storage(const std::string& url, const S3C
                                                const S3StorageOptions& options);
 
 }  // namespace ckpt::s3
+
+namespace ckpt::s3 {
+
+// Registers the "s3" scheme with OpenStorage (ckpt/storage/storage.h), so
+// OpenStorage("s3://bucket/prefix") opens this backend. Each open reads the
+// endpoint and credentials from the environment (S3Config::FromEnv: a
+// missing variable is named, a secret never printed) and spools writes
+// through StorageOptions::env (nullptr: DefaultEnv()) under $TMPDIR (or
+// /tmp); other options are S3StorageOptions' defaults. Call it at an edge
+// (CLI main, the Python binding, a test) - a static registrar in a static
+// library would be dropped by the linker. Idempotent; thread-safe.
+Status RegisterS3Scheme();
+
+}  // namespace ckpt::s3
