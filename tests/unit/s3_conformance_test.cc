@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 
+#include "ckpt/storage/s3/s3_client.h"
 #include "ckpt/storage/s3/s3_storage.h"
 #include "support/s3_server.h"
 #include "support/storage_conformance.h"
@@ -18,10 +19,14 @@ namespace {
 
 using testing::S3TestServer;
 
-class S3rverEnvironment : public ::testing::Environment {
+class S3ServerEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
+#ifdef CKPT_S3_CONFORMANCE_RADOSGW
+    auto s = S3TestServer::Start(S3TestServer::Kind::kRadosgw);
+#else
     auto s = S3TestServer::Start(S3TestServer::Kind::kS3rver);
+#endif
     if (!s.ok()) GTEST_SKIP() << s.status().ToString();
     server_ = std::move(s).value();
     const S3Config c = server_->Config();
@@ -30,6 +35,10 @@ class S3rverEnvironment : public ::testing::Environment {
     ::setenv("AWS_REGION", c.region.c_str(), 1);
     ::setenv("AWS_ACCESS_KEY_ID", c.access_key.c_str(), 1);
     ::setenv("AWS_SECRET_ACCESS_KEY", c.secret_key.c_str(), 1);
+#ifdef CKPT_S3_CONFORMANCE_RADOSGW
+    const Status bucket = S3Client(c).CreateBucket("ckpt-test");  // s3rver starts with it, radosgw without
+    ASSERT_TRUE(bucket.ok()) << bucket.ToString();
+#endif
     ASSERT_TRUE(RegisterS3Scheme().ok());
   }
   void TearDown() override { server_.reset(); }
@@ -37,16 +46,16 @@ class S3rverEnvironment : public ::testing::Environment {
  private:
   std::unique_ptr<S3TestServer> server_;
 };
-[[maybe_unused]] ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new S3rverEnvironment);
+[[maybe_unused]] ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new S3ServerEnvironment);
 
-ckpt::testing::StorageBackend S3rverByUrl() {
-  return {"S3rverUrl", [](const std::string& name) { return OpenStorage("s3://ckpt-test/conformance/" + name); }};
+ckpt::testing::StorageBackend S3ByUrl() {
+  return {"S3Url", [](const std::string& name) { return OpenStorage("s3://ckpt-test/conformance/" + name); }};
 }
 
 }  // namespace
 }  // namespace ckpt::s3
 
-CKPT_STORAGE_CONFORMANCE(S3, ckpt::s3::S3rverByUrl());
+CKPT_STORAGE_CONFORMANCE(S3, ckpt::s3::S3ByUrl());
 
 namespace ckpt::s3 {
 namespace {
