@@ -9,6 +9,8 @@
 
 #include <cstdlib>
 
+#include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/commit.h"
 #include "ckpt/storage/s3/s3_client.h"
 #include "ckpt/storage/s3/s3_storage.h"
 #include "support/s3_server.h"
@@ -84,6 +86,33 @@ TEST(S3Scheme, MissingCredentialsNameTheUrlAndVariable) {
   EXPECT_NE(msg.find("s3://ckpt-test/nokey"), std::string::npos) << msg;
   EXPECT_NE(msg.find("AWS_ACCESS_KEY_ID"), std::string::npos) << msg;
   EXPECT_EQ(msg.find(secret), std::string::npos) << msg;
+}
+
+
+// The protocol's tracker and listing (ckpt.list_iterations / ckpt.latest,
+// `ckpt inspect`'s iteration list) take an s3:// root: they go through the
+// Storage alone. Save/load through the protocol still refuse it (OpenRoot).
+TEST(S3Scheme, ProtocolListsAndFindsLatestOnAnS3Root) {
+  const std::string url = "s3://ckpt-test/protocol_list";
+  auto s = OpenStorage(url);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  for (int64_t it : {3, 7}) {
+    auto staged = (*s)->Stage(it);
+    ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+    bool published = false;
+    ASSERT_TRUE((*staged)->Publish("{}", nullptr, &published).ok());
+  }
+  ASSERT_TRUE((*s)->WriteTracker(7, nullptr).ok());
+  auto iters = ListIterations(DefaultEnv(), url);
+  ASSERT_TRUE(iters.ok()) << iters.status().ToString();
+  EXPECT_EQ(*iters, std::vector<int64_t>({3, 7}));
+  auto tracked = ReadTracker(DefaultEnv(), url);
+  ASSERT_TRUE(tracked.ok()) << tracked.status().ToString();
+  EXPECT_EQ(*tracked, 7);
+  auto latest = LatestIteration(DefaultEnv(), url);
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(*latest, 7);
+  EXPECT_EQ(OpenRoot(DefaultEnv(), url).status().code(), Code::kInvalidArgument);
 }
 
 }  // namespace
