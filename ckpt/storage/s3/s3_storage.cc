@@ -17,9 +17,11 @@ std::string IterName(int64_t n) {
   return buf;
 }
 
+// The lease expiry is compared by writers on other hosts, so it is wall time
+// (FORMAT.md 2b: their clocks must agree to well within the lease).
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  const auto now = std::chrono::system_clock::now();  // wall-clock: object-store lease
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
 }
 
 std::string Nonce() {
