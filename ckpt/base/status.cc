@@ -34,12 +34,37 @@ Status Status::WithContext(std::string_view context) const {
   std::string m(context);
   m += ": ";
   m += message_;
-  return {code_, std::move(m), origin_rank_, phase_};
+  Status out{code_, std::move(m), origin_rank_, phase_};
+  out.missing_ = missing_;
+  return out;
 }
 
 Status Status::At(int rank, std::string_view phase) const {
   if (ok() || has_origin()) return *this;
-  return {code_, message_, rank, std::string(phase)};
+  Status out{code_, message_, rank, std::string(phase)};
+  out.missing_ = missing_;
+  return out;
+}
+
+const MissingPeers& Status::missing() const {
+  static const MissingPeers kNone;
+  return missing_ ? *missing_ : kNone;
+}
+
+Status Status::WithMissing(MissingPeers peers) const {
+  if (ok()) return *this;
+  Status out = *this;
+  out.missing_ = peers.empty() ? nullptr : std::make_shared<const MissingPeers>(std::move(peers));
+  return out;
+}
+
+std::string MissingPeers::Describe() const {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const std::string host = i < hosts.size() && !hosts[i].empty() ? hosts[i] : "?";
+    s += (s.empty() ? "rank " : ", rank ") + std::to_string(ranks[i]) + " on host '" + host + "'";
+  }
+  return s;
 }
 
 Status OkStatusInResult() {

@@ -11,12 +11,18 @@
 // protocol phase it happened in. Decisions (fallback, exit codes, which
 // rank's failure to report) look at these fields, never at message text.
 // The one wire form is in status_wire.h.
+//
+// A deadline failure (kTimeout raised by a Comm) also carries the peers it
+// waited for in vain, typed (MissingPeers: ranks, their hosts, the phase), so
+// a report or a test judges who was lost by these, never by message text.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace ckpt {
 
@@ -43,6 +49,18 @@ enum class Code {
 inline constexpr Code kLastCode = Code::kOutcomeUnknown;
 
 std::string_view CodeName(Code code);
+
+// The peers a deadline failure waited for in vain: ranks (of the
+// communicator that timed out), the host each runs on (same length; "" where
+// unknown) and the phase of the call. Empty when none is recorded.
+struct MissingPeers {
+  std::vector<int> ranks;
+  std::vector<std::string> hosts;
+  std::string phase;
+  bool empty() const { return ranks.empty(); }
+  // "rank 2 on host 'n2', rank 3 on host 'n2'" (for messages).
+  std::string Describe() const;
+};
 
 class [[nodiscard]] Status {
  public:
@@ -72,12 +90,16 @@ class [[nodiscard]] Status {
   int origin_rank() const { return origin_rank_; }
   const std::string& phase() const { return phase_; }
   bool has_origin() const { return origin_rank_ >= 0; }
+  // The peers a deadline failure waited for (empty if not recorded).
+  const MissingPeers& missing() const;
+  // A copy that records `peers` as the missing peers; OK stays OK.
+  Status WithMissing(MissingPeers peers) const;
 
   // "<CodeName>: <message>", or "OK".
   std::string ToString() const;
 
   // Returns a copy whose message is "<context>: <message>"; OK stays OK.
-  // The origin fields are kept.
+  // The origin fields and missing peers are kept.
   Status WithContext(std::string_view context) const;
 
   // Returns a copy that records `rank` and `phase` as the origin unless an
@@ -93,6 +115,7 @@ class [[nodiscard]] Status {
   std::string message_;
   int origin_rank_ = -1;
   std::string phase_;
+  std::shared_ptr<const MissingPeers> missing_;  // null: none recorded
 };
 
 // The Status a Result built from an OK Status holds instead (a caller bug).
