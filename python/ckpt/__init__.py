@@ -23,6 +23,7 @@ from ._errors import (AbortedError, AlreadyExistsError, CkptError, CkptIOError, 
                       CorruptionError, FailedPreconditionError, InternalError, InvalidArgumentError,
                       NoSpaceError, NotFoundError, OutcomeUnknownError, UnimplementedError)
 from ._convert import convert
+from ._family import model_config, model_families, model_shards
 from ._api import FallbackWarning
 from ._read import Fingerprint, fingerprint, inspect, read_tensor, verify
 from ._tensors import bf16_to_float32, float32_to_bf16
@@ -40,7 +41,7 @@ __all__ = ["TieredCheckpointer", "ShardedTensor", "ShardedObject", "save", "load
            "CkptError", "CkptTimeoutError", "NotFoundError", "CorruptionError", "AbortedError",
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",
            "NoSpaceError", "UnimplementedError", "InternalError", "OutcomeUnknownError"]
-__all__ += ["FallbackWarning"]
+__all__ += ["FallbackWarning", "model_config", "model_families", "model_shards"]
 
 _add_hdf5_plugin_path()  # h5py reads zstd shards after `import ckpt` (_hdf5.py)
 _atexit.register(_shutdown)  # joins async saves, frees ckpt's MPI communicators; finalises MPI only if ckpt began it

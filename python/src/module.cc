@@ -14,6 +14,7 @@
 
 #include "py_comm.h"
 #include "py_convert.h"
+#include "py_family.h"
 #include "py_hdf5.h"
 #include "py_progress.h"
 #include "py_state.h"
@@ -273,6 +274,7 @@ PYBIND11_MODULE(_ckpt, m) {
       .def_property_readonly("size", [](const CommHandle& h) { return h.get() ? h.get()->size() : -1; })
       .def_readonly("kind", &CommHandle::kind);
   DefineTiers(m);
+  DefineFamily(m);
   m.def("local_comm", &LocalCommHandle);
   m.def("mpi_comm", &MpiCommHandle);
   m.def("dup_mpi_comm", [](const std::shared_ptr<CommHandle>& h) { return DupMpiCommHandle(*h); });
