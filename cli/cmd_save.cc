@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
 #include "faults/fault_env.h"
@@ -39,6 +40,15 @@ SaveOptions Options(const JobFlags& f, const GptJob& j, Compression comp, ChunkH
   return o;
 }
 
+// A committed save whose outcome or report missed a peer by the deadline (a
+// node lost after the votes): the save stands, but MPI_Finalize would wait for
+// the lost peer forever (a partitioned node), so main ends the job as after a
+// failed save (NoteDeadlineFailed). Whether this rank timed out itself or
+// root relayed it, the code is kTimeout.
+void EndJobIfPeerLost(const Status& warning) {
+  if (warning.code() == Code::kTimeout) NoteDeadlineFailed();
+}
+
 // The job-wide figures (collective) as JSON, and the text line.
 Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& r, double secs) {
   const DirectIoStats& d = r.direct_io;
@@ -46,6 +56,7 @@ Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStat
                               {"direct", int64_t(d.active)}, {"direct_bytes", int64_t(d.direct_bytes)},
                               {"buffered_bytes", int64_t(d.buffered_bytes)}, {"fallback", d.fallback}});
   if (!all.ok()) {  // committed all the same: a missing report is a warning, never a failed save
+    EndJobIfPeerLost(all.status());
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but the report gather failed: %s\n",
                  j.rank(), static_cast<long long>(o.iteration), all.status().ToString().c_str());
     return Status::Ok();
@@ -142,9 +153,11 @@ Status RunSave(const JobFlags& f) {
   progress.Finish();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!r.ok()) return Fail("save", j.rank(), r.status());
-  if (!r->warning.ok())  // committed all the same (checkpoint.h): a warning, exit 0
+  if (!r->warning.ok()) {  // committed all the same (checkpoint.h): a warning, exit 0
+    EndJobIfPeerLost(r->warning);
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but %s\n", j.rank(),
                  static_cast<long long>(o.iteration), r->warning.message().c_str());
+  }
   return Report(f, j, o, *r, secs);
 }
 
