@@ -117,6 +117,8 @@ void RegisterLoad(CLI::App& app, Status* outcome) {
                   "read sharing: mpi (default) or nccl (the GPU path: chunk bytes over NCCL, one GPU per rank)");
   f->optimizer = "auto";
   cmd->add_option("--optimizer", f->optimizer, "optimizer state to load: auto (as saved), none, model or bucket");
+  cmd->add_option("--faults", f->faults, "fault plan for this load (faults/fault_spec.h; env points), e.g. "
+                  "'point=env.pread rank=2 action=delay ms=4000' to hold rank 2 in its reads");
   cmd->callback([=]() { *outcome = RunLoad(*f); });
 }
 

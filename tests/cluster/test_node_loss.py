@@ -22,21 +22,24 @@ DEADLINE_MS = 3000
 BOUND_S = DEADLINE_MS / 1000 + 5
 
 
-def start_save(c, root, out, it: int, faults: str = "") -> subprocess.Popen:
-    """`ckpt save` on n1:2,n2:2 from head; each rank writes its exit code to out/rc.<rank>."""
+def start_job(c, out, cmd: list[str]) -> subprocess.Popen:
+    """`ckpt ...` on n1:2,n2:2 from head; each rank writes its stderr to out/err.<rank> and its
+    exit code to out/rc.<rank>."""
     out.mkdir(parents=True, exist_ok=True)
     wrap = ('"$0" "$@" 2>"$OUT/err.$OMPI_COMM_WORLD_RANK"; '
             'echo $? >"$OUT/rc.$OMPI_COMM_WORLD_RANK"')
-    cmd = [CKPT, "save", "--root", str(root), "--iter", str(it), "--model", "tiny", "--layout",
-           "tp=2,pp=2", "--timeout-ms", str(DEADLINE_MS), "--no-progress"]
-    if faults:
-        cmd += ["--faults", faults]
     # --enable-recovery: mpirun would otherwise kill the survivors itself once it notices a
     # daemon lost (~1 s after a node kill), before they can show what they noticed.
     argv = c.mpirun_argv({"n1": 2, "n2": 2})
     argv = argv[:1] + ["--enable-recovery"] + argv[1:]
     return c.popen("head", argv + ["-x", "OUT", "-np", "4", "bash", "-c", wrap]
                    + cmd, env=dict(ENV, OUT=str(out)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def start_save(c, root, out, it: int, faults: str = "") -> subprocess.Popen:
+    cmd = [CKPT, "save", "--root", str(root), "--iter", str(it), "--model", "tiny", "--layout",
+           "tp=2,pp=2", "--timeout-ms", str(DEADLINE_MS), "--no-progress"]
+    return start_job(c, out, cmd + (["--faults", faults] if faults else []))
 
 
 def wait_for(pred, limit: float) -> bool:
@@ -119,8 +122,37 @@ def node_fault(c, tmp_path, base, how: str, phase: str) -> dict:
     return row
 
 
+def load_fault(c, tmp_path, base) -> dict:
+    """Node n2 SIGKILLed while rank 2 is held in its first read of a load of iteration 1."""
+    out = tmp_path / "kill-load" / "out"
+    p = start_job(c, out, [CKPT, "load", "--root", str(base), "--iter", "1", "--layout", "tp=2,pp=2",
+                           "--timeout-ms", str(DEADLINE_MS), "--no-progress",
+                           "--faults", "point=env.pread rank=2 action=delay ms=4000"])
+    assert wait_for(lambda: "delay at env.pread" in _text(out / "err.2"), 120), \
+        p.stdout.read().decode() if p.poll() is not None else "rank 2 did not reach its read"
+    t0 = time.monotonic()
+    c.kill("n2")
+    exited = wait_for(lambda: all((out / f"rc.{r}").exists() for r in (0, 1)), BOUND_S + 10)
+    secs = time.monotonic() - t0
+    errs = {r: _text(out / f"err.{r}") for r in (0, 1)}
+    rcs = {r: _text(out / f"rc.{r}").strip() or None for r in (0, 1)}
+    stop(p)
+    c.restart("n2")
+    row = {"fault": "kill", "phase": "load", "secs": round(secs, 2), "torn": 0, "lost": int(not loads(base, 1)),
+           "hung": int(not exited or secs > BOUND_S), "committed": 0, "rcs": rcs, "errs": errs}
+    assert exited and secs <= BOUND_S, f"survivors exited after {secs:.2f} s > {BOUND_S} s: {row}"
+    for r in (0, 1):  # the load fails on every survivor, naming the lost ranks and their host
+        assert rcs[r] not in (None, "0") and "rank(s) 2" in errs[r] and "on host 'n2'" in errs[r], row
+    assert not row["lost"], row
+    return row
+
+
+def _text(path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 # One run per fault and phase ("how:phase"; CKPT_NODE_LOSS_RUNS overrides, e.g. to repeat one).
-RUNS = "kill:vote,partition:vote,partition:write,kill:commit,partition:commit,kill:tracker"
+RUNS = "kill:vote,partition:vote,partition:write,kill:commit,partition:commit,kill:tracker,kill:load"
 
 
 def test_node_killed_or_partitioned(make_cluster, tmp_path):
@@ -132,7 +164,8 @@ def test_node_killed_or_partitioned(make_cluster, tmp_path):
     p = start_save(c, base, tmp_path / "out-base", 1)
     assert p.wait(timeout=180) == 0, p.stdout.read().decode()
     runs = os.environ.get("CKPT_NODE_LOSS_RUNS", RUNS)
-    rows = [node_fault(c, tmp_path, base, *run.split(":")) for run in runs.split(",")]
+    rows = [load_fault(c, tmp_path, base) if run == "kill:load" else node_fault(c, tmp_path, base, *run.split(":"))
+            for run in runs.split(",")]
     print("node loss across 2 nodes x 2 ranks (deadline %d ms, bound %.0f s):" % (DEADLINE_MS, BOUND_S))
     print("fault      phase    runs  torn  lost  hung  committed  survivors exit (s)")
     for r in rows:
