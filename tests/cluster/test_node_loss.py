@@ -142,7 +142,7 @@ def load_fault(c, tmp_path, base) -> dict:
            "hung": int(not exited or secs > BOUND_S), "committed": 0, "rcs": rcs, "errs": errs}
     assert exited and secs <= BOUND_S, f"survivors exited after {secs:.2f} s > {BOUND_S} s: {row}"
     for r in (0, 1):  # the load fails on every survivor, naming the lost ranks and their host
-        assert rcs[r] not in (None, "0") and "rank(s) 2" in errs[r] and "on host 'n2'" in errs[r], row
+        assert rcs[r] == "2" and "rank(s) 2" in errs[r] and "on host 'n2'" in errs[r], row
     assert not row["lost"], row
     return row
 
