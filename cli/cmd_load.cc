@@ -9,7 +9,6 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
 #include "faults/fault_env.h"
-#include "faults/fault_spec.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/job_flags.h"
@@ -182,11 +181,7 @@ Status RunLoad(const JobFlags& f) {
   if (!f.faults.empty()) {
     auto plan = faults::ParseFaultPlan(f.faults);
     if (!plan.ok()) return Fail("load", j.rank(), plan.status());
-    faults::FaultEnv::Options fopts;
-    fopts.rank = j.rank();
-    fopts.plan = *plan;
-    fopts.root = f.root;
-    fenv = std::make_unique<faults::FaultEnv>(lo.env, std::move(fopts));
+    fenv = std::make_unique<faults::FaultEnv>(lo.env, faults::FaultEnv::Options{j.rank(), *plan, f.root, -1, {}, {}, false});
     lo.env = fenv.get();
   }
   auto r = LoadCheckpoint(*sd, lo);
