@@ -2,9 +2,11 @@
 // Megatron-Core sharded state (optionally with distributed-optimizer state).
 // The job is library code (ckpt/workload/gpt_job.h); this file parses the
 // options, calls SaveCheckpoint and prints.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
+#include "ckpt/mpi/arrival_lags.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
@@ -49,6 +51,25 @@ void EndJobIfPeerLost(const Status& warning) {
   if (warning.code() == Code::kTimeout) NoteDeadlineFailed();
 }
 
+// Rank 0, the root of the save's gathers: the rank whose messages reached it
+// latest for a reason other than its own write (its lag less how much longer
+// than the fastest writer it wrote: a slow writer sends its vote late too),
+// with host and phase (arrival_lags.h); null below kSlowLinkS (polling jitter).
+json SlowLink(const GptJob& j, const json& per_rank) {
+  constexpr double kSlowLinkS = 0.25;
+  double fastest = 1e300, most = kSlowLinkS;
+  for (const json& r : per_rank) fastest = std::min(fastest, r["write_s"].get<double>());
+  json worst = nullptr;
+  for (const auto& [phase, lags] : MpiArrivalLags().by_phase)
+    for (size_t r = 0; r < lags.size() && r < per_rank.size(); ++r) {
+      const double own = phase == "vote" ? per_rank[r]["write_s"].get<double>() - fastest : 0.0;
+      if (lags[r] - own < most) continue;
+      most = lags[r] - own;
+      worst = {{"rank", r}, {"host", j.comm->host(int(r))}, {"phase", phase}, {"lag_seconds", most}};
+    }
+  return worst;
+}
+
 // The job-wide figures (collective) as JSON, and the text line.
 Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& r, double secs) {
   const DirectIoStats& d = r.direct_io;
@@ -71,6 +92,7 @@ Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStat
               {"max_rank_bytes", *mx}, {"min_rank_bytes", *mn}, {"phase_seconds", r.phase_seconds},
               {"optimizer", f.optimizer}, {"per_rank", (*ranks)["per_rank"]}, {"straggler", (*ranks)["straggler"]}};
   if (!r.warning.ok()) out["warning"] = r.warning.ToString();
+  out["slow_link"] = j.rank() == 0 ? SlowLink(j, (*ranks)["per_rank"]) : json(nullptr);
   if (o.write.direct_io)  // every rank's file: which went direct, and how many bytes each way
     out["direct_io"] = {{"mode", "on"}, {"ranks_direct", *workload::SumOf(*all, "direct")},
                         {"direct_bytes", *workload::SumOf(*all, "direct_bytes")},
@@ -89,6 +111,10 @@ Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStat
     Print0(j, "save  slowest writer: rank %d, write %.3f s (median %.3f s, %.1fx); longest wait: rank %d, %.3f s\n",
            s["rank"].get<int>(), s["seconds"].get<double>(), s["median_seconds"].get<double>(),
            s["ratio"].get<double>(), s["longest_wait_rank"].get<int>(), s["longest_wait_seconds"].get<double>());
+  if (const json& l = out["slow_link"]; !f.json && !l.is_null())
+    Print0(j, "save  slow link: rank %d on host '%s', phase '%s': its messages reached rank 0 %.3f s after the first\n",
+           l["rank"].get<int>(), l["host"].get<std::string>().c_str(), l["phase"].get<std::string>().c_str(),
+           l["lag_seconds"].get<double>());
   return Status::Ok();
 }
 
@@ -130,6 +156,7 @@ Status RunSave(const JobFlags& f) {
   auto sd = j.StateDict();
   if (!sd.ok()) return Fail("save", j.rank(), sd.status());
   CKPT_RETURN_IF_ERROR(j.comm->Barrier(o.timeout, "start"));
+  ResetMpiArrivalLags();  // this save's gathers only
   const auto t0 = Clock::now();
   std::unique_ptr<faults::FaultEnv> fenv;  // --faults: the fault plan's Env and step hook
   SaveOptions fo = o;
