@@ -178,7 +178,7 @@ def _text(path) -> str:
 
 
 # One run per fault and phase ("how:phase"; CKPT_NODE_LOSS_RUNS overrides, e.g. to repeat one).
-# ("kill", "commit") is left out like ("kill", "write"): in 1 of 3 runs OpenMPI ended the survivors
+# ("kill", "commit") is left out like ("kill", "write"): in 1 of 4 runs OpenMPI ended the survivors
 # (no exit code, nothing committed) before rank 0 left its held rename; partition:commit and
 # kill:tracker cover a node lost after every vote is in. "slow": the rate-limited link.
 RUNS = "kill:vote,partition:vote,partition:write,partition:commit,kill:tracker,kill:load,slow"
