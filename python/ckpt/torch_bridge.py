@@ -16,8 +16,11 @@ tools and a Megatron job see the same names):
                           load updates the caller's dict in place
   RNG (rng=True)          "rng": torch CPU, CUDA (where present), numpy
                           and python `random` states of each rank, one object
-                          cell per rank of the comm, grid (W,) (a load under another world
-                          size needs rng=False)
+                          cell per rank of the comm, grid (W,). A load at
+                          another world size restores everything else and
+                          leaves the RNG as it is, with an RngNotRestoredWarning
+                          (rank r's stream has no counterpart when the ranks
+                          change); rng=False leaves it out on purpose
 A 0-dim tensor is described through a 1-element view of its storage.
 
 Sharding. Without a TP rule every tensor is replicated over the comm's W ranks
@@ -45,6 +48,7 @@ ShardedObject, duck-typed) becomes ckpt's descriptors with from_megatron().
 """
 import fnmatch
 import random
+import warnings
 
 import numpy as np
 import torch
@@ -54,6 +58,11 @@ from ._descriptors import ShardedObject, ShardedTensor, flatten
 OPT_PREFIX = "optimizer.state."
 GROUPS_KEY = "optimizer.param_groups"
 RNG_KEY = "rng"
+
+
+class RngNotRestoredWarning(UserWarning):
+    """load_state left the RNG state as it was: the checkpoint's per-rank RNG
+    streams were saved at another world size, so they have no counterpart here."""
 
 
 class TensorParallel:
@@ -275,13 +284,39 @@ def load_state(state, root, iteration=None, comm=None, strict="all", **kwargs):
         if not kwargs.get("fallback"):
             raise
         state.prepare_load(None)  # the load falls back past an unreadable manifest
+        info = None
     stats = kwargs.pop("stats", None)
     stats = {} if stats is None else stats
     request = flat_state(state.sharded_state_dict())
+    if info is not None and state.rng and _rng_world(info) not in (None, state.world):
+        request, strict = _without_rng(request, info, strict, state.world)
     loaded = load(request, root, iteration=iteration, comm=comm, strict=strict, stats=stats, **kwargs)
     out = loaded[0] if isinstance(loaded, tuple) else loaded
     state.apply({d.key: out[k] for k, d in request.items() if isinstance(d, ShardedObject)})
     return int(stats["iteration"])
+
+
+def _rng_world(info):
+    """The world size the checkpoint's RNG states were saved at (None: it has none)."""
+    grid = info["objects"].get(RNG_KEY, {}).get("grid")
+    return int(grid[0]) if grid and len(grid) == 1 else None
+
+
+# A strict mode that raises on unexpected keys -> the same one that does not.
+_NO_UNEXPECTED = {"all": "missing", "unexpected": "none", "raise_all": "missing", "raise_unexpected": "missing"}
+
+
+def _without_rng(request, info, strict, world):
+    """The request without the RNG, warning why; the checkpoint's "rng" is then
+    the one key it holds that is not asked for (any other still raises)."""
+    warnings.warn(f"ckpt: RNG state not restored: the checkpoint's per-rank RNG states were saved by "
+                  f"{_rng_world(info)} ranks, this job has {world} (rank streams do not map across world "
+                  "sizes); the RNG continues from this process's own state. Pass rng=False to leave "
+                  "it out without this warning.", RngNotRestoredWarning, stacklevel=3)
+    request = {k: d for k, d in request.items() if d.key != RNG_KEY}
+    asked = {d.key for d in request.values()}
+    others = (set(info["tensors"]) | set(info["objects"])) - asked - {RNG_KEY}
+    return request, (strict if others else _NO_UNEXPECTED.get(strict, strict))
 
 
 def from_megatron(sharded_state_dict):
