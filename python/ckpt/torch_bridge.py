@@ -31,7 +31,12 @@ or -> a callable(key, tensor, tp) returning descriptors, for layouts such as
 Megatron's SwiGLU fc1), or when it carries Megatron's attributes
 `tensor_model_parallel=True, partition_dim=axis` (declare a whole module once
 with ckpt.mark_tensor_parallel(module, axis)); every other tensor is
-TP-replicated. Replica ids are (tp_rank or 0, dp_rank).
+TP-replicated. Replica ids are (tp_rank or 0, dp_rank). Rules for Megatron's layouts:
+ckpt.torch_bridge.Split(axis, allow_shape_mismatch=True) for a padded
+vocabulary, GatedSplit(axis) for SwiGLU's fused [W_r; V_r] fc1. keys=callable
+maps a state_dict name to its checkpoint key (MCore's
+sharded_state_dict_keys_map, e.g. input_layernorm. -> self_attention.
+linear_qkv.layer_norm_), for model and optimizer entries alike.
 
 Optimizer state is created lazily by torch.optim (at the first step). Before a
 load, an optimizer without state is materialised as PyTorch DCP does
@@ -67,7 +72,8 @@ class RngNotRestoredWarning(UserWarning):
 
 class TensorParallel:
     """This rank's TP coordinates and the rules naming split parameters:
-    rules = {fnmatch pattern over parameter names: axis | callable(key, tensor, tp)}."""
+    rules = {fnmatch pattern over parameter names: axis | Split | GatedSplit |
+    callable(key, tensor, tp) -> [ShardedTensor]}."""
 
     def __init__(self, rank, size, dp_rank=0, rules=None):
         self.rank, self.size, self.dp_rank = int(rank), int(size), int(dp_rank)
@@ -82,6 +88,37 @@ class TensorParallel:
         if param is not None and getattr(param, "tensor_model_parallel", False):
             return int(getattr(param, "partition_dim", 0))
         return None
+
+
+class Split:
+    """A TP rule: the local tensor is block tp.rank of tp.size on `axis`.
+    allow_shape_mismatch: the global size on that axis may differ between the
+    saving and the loading job (a vocabulary padded per TP size: a load reads
+    the overlap and zero-fills the rest), as MCore's allow_shape_mismatch."""
+
+    def __init__(self, axis, allow_shape_mismatch=False):
+        self.axis, self.allow_shape_mismatch = int(axis), bool(allow_shape_mismatch)
+
+    def __call__(self, key, t, tp):
+        return [ShardedTensor.from_rank_offsets(key, t, (self.axis, tp.rank, tp.size), replica_id=(0, tp.dp_rank),
+                                                allow_shape_mismatch=self.allow_shape_mismatch)]
+
+
+class GatedSplit:
+    """A TP rule for a fused gated projection (Megatron's SwiGLU linear_fc1):
+    the local tensor is [W_r; V_r] on `axis`, and the global one [W; V] - so
+    its two halves are blocks r and tp + r of 2 * tp (two shards of one key,
+    views of the local tensor: a load writes into it). A plain Split would
+    mix the gate and up halves at another TP size."""
+
+    def __init__(self, axis=0):
+        self.axis = int(axis)
+
+    def __call__(self, key, t, tp):
+        w, v = t.chunk(2, dim=self.axis)
+        return [ShardedTensor.from_rank_offsets(key, w, (self.axis, tp.rank, 2 * tp.size), replica_id=(0, tp.dp_rank)),
+                ShardedTensor.from_rank_offsets(key, v, (self.axis, tp.size + tp.rank, 2 * tp.size),
+                                                replica_id=(0, tp.dp_rank))]
 
 
 def mark_tensor_parallel(module, axis):
@@ -99,9 +136,10 @@ def _flat_view(t):
 class TorchState:
     """A model, its optimizer, plain values and RNG state as one ckpt state."""
 
-    def __init__(self, model=None, optimizer=None, extra=None, rng=True, comm=None, tp=None):
+    def __init__(self, model=None, optimizer=None, extra=None, rng=True, comm=None, tp=None, keys=None):
         self.model = getattr(model, "module", model) if _is_ddp(model) else model
         self.optimizer, self.extra, self.rng, self.tp = optimizer, extra, bool(rng), tp
+        self.keys = keys or (lambda name: name)  # state_dict name -> checkpoint key
         self.rank = 0 if comm is None else int(comm.rank)
         self.world = 1 if comm is None else int(comm.size)
 
@@ -125,6 +163,7 @@ class TorchState:
         return ShardedObject(key, value, replica_id=self._replica(False))
 
     def _param_names(self):
+        """{parameter: its state_dict name}."""
         names = {}
         if self.model is not None:
             for n, p in self.model.named_parameters():
@@ -137,8 +176,9 @@ class TorchState:
         params = dict(self.model.named_parameters()) if self.model is not None else {}
         if self.model is not None:
             for name, v in self.model.state_dict().items():
-                out[name] = self._tensor(name, v, name, params.get(name)) if torch.is_tensor(v) \
-                    else self._object(name, v)
+                key = self.keys(name)
+                out[key] = self._tensor(key, v, name, params.get(name)) if torch.is_tensor(v) \
+                    else self._object(key, v)
         if self.optimizer is not None:
             out.update(self._optimizer_entries())
         if self.extra is not None:
@@ -160,7 +200,7 @@ class TorchState:
                                      "(pass the model the optimizer was built over)")
                 name = pnames.append(names[p]) or names[p]
                 for s, v in self.optimizer.state.get(p, {}).items():
-                    key = f"{OPT_PREFIX}{s}.{name}"
+                    key = f"{OPT_PREFIX}{s}.{self.keys(name)}"
                     if torch.is_tensor(v):
                         same = tuple(v.shape) == tuple(p.shape)
                         out[key] = self._tensor(key, v, name if same else None, p if same else None)
@@ -180,12 +220,13 @@ class TorchState:
             names = self._param_names()
             have = {k[len(OPT_PREFIX):].split(".", 1)[1] for k in saved_keys if k.startswith(OPT_PREFIX)}
             for p in list(self.optimizer.state):
-                if names[p] not in have:
+                if self.keys(names[p]) not in have:
                     del self.optimizer.state[p]
 
     def apply(self, objects):
         """Applies the loaded objects {key: value} (tensors were loaded in place)."""
-        names = {n: p for p, n in self._param_names().items()}
+        names = {self.keys(n): p for p, n in self._param_names().items()}  # checkpoint key -> parameter
+        model_names = {self.keys(n): n for n in self.model.state_dict()} if self.model is not None else {}
         for key, value in objects.items():
             if key == GROUPS_KEY:
                 _restore_groups(self.optimizer, value)
@@ -197,7 +238,7 @@ class TorchState:
             elif key == RNG_KEY:
                 set_rng_state(value)
             elif self.model is not None:  # a non-tensor model entry (e.g. _extra_state)
-                self.model.load_state_dict({key: value}, strict=False)
+                self.model.load_state_dict({model_names.get(key, key): value}, strict=False)
 
 
 def _is_ddp(model):
