@@ -13,7 +13,11 @@ tools and a Megatron job see the same names):
                           shape, whole otherwise; non-tensor values and
                           "optimizer.param_groups" (hyper-parameters) as objects
   extra                   "extra.<k>": a tensor whole, anything else pickled;
-                          load updates the caller's dict in place
+                          load updates the caller's dict in place. A value
+                          that is a ShardedObject / ShardedTensor is used as
+                          it is (an object on a grid of its own, e.g. a
+                          per-(pp, tp) RNG state); extra_prefix="" keys the
+                          entries "<k>" (a job whose format names them)
   RNG (rng=True)          "rng": torch CPU, CUDA (where present), numpy
                           and python `random` states of each rank, one object
                           cell per rank of the comm, grid (W,). A load at
@@ -136,10 +140,12 @@ def _flat_view(t):
 class TorchState:
     """A model, its optimizer, plain values and RNG state as one ckpt state."""
 
-    def __init__(self, model=None, optimizer=None, extra=None, rng=True, comm=None, tp=None, keys=None):
+    def __init__(self, model=None, optimizer=None, extra=None, rng=True, comm=None, tp=None, keys=None,
+                 extra_prefix="extra."):
         self.model = getattr(model, "module", model) if _is_ddp(model) else model
         self.optimizer, self.extra, self.rng, self.tp = optimizer, extra, bool(rng), tp
         self.keys = keys or (lambda name: name)  # state_dict name -> checkpoint key
+        self.extra_prefix = str(extra_prefix)
         self.rank = 0 if comm is None else int(comm.rank)
         self.world = 1 if comm is None else int(comm.size)
 
@@ -183,8 +189,11 @@ class TorchState:
             out.update(self._optimizer_entries())
         if self.extra is not None:
             for k, v in self.extra.items():
-                key = f"extra.{k}"
-                out[key] = self._tensor(key, v) if torch.is_tensor(v) else self._object(key, v)
+                key = f"{self.extra_prefix}{k}"
+                if isinstance(v, (ShardedObject, ShardedTensor)):
+                    out[key] = v  # the caller's own descriptor
+                else:
+                    out[key] = self._tensor(key, v) if torch.is_tensor(v) else self._object(key, v)
         if self.rng:
             out[RNG_KEY] = ShardedObject(RNG_KEY, rng_state(), (self.world,), (self.rank,))
         return out
@@ -226,15 +235,17 @@ class TorchState:
     def apply(self, objects):
         """Applies the loaded objects {key: value} (tensors were loaded in place)."""
         names = {self.keys(n): p for p, n in self._param_names().items()}  # checkpoint key -> parameter
+        extra = {v.key if isinstance(v, (ShardedObject, ShardedTensor)) else f"{self.extra_prefix}{k}": k
+                 for k, v in (self.extra or {}).items()}  # checkpoint key -> extra's key
         model_names = {self.keys(n): n for n in self.model.state_dict()} if self.model is not None else {}
         for key, value in objects.items():
-            if key == GROUPS_KEY:
+            if key in extra:
+                self.extra[extra[key]] = value
+            elif key == GROUPS_KEY:
                 _restore_groups(self.optimizer, value)
             elif key.startswith(OPT_PREFIX):
                 s, name = key[len(OPT_PREFIX):].split(".", 1)
                 self.optimizer.state[names[name]][s] = value
-            elif key.startswith("extra."):
-                self.extra[key[len("extra."):]] = value
             elif key == RNG_KEY:
                 set_rng_state(value)
             elif self.model is not None:  # a non-tensor model entry (e.g. _extra_state)
