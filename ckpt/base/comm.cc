@@ -53,7 +53,8 @@ Result<std::string> OpenDecision(std::string_view msg, int me, int root, std::st
   const Status& st = got.status();
   return Status(st.code(),
                 "rank " + std::to_string(me) + ": aborted by rank " + std::to_string(root) + ": " + st.message(),
-                st.has_origin() ? st.origin_rank() : root, st.has_origin() ? st.phase() : std::string(phase));
+                st.has_origin() ? st.origin_rank() : root, st.has_origin() ? st.phase() : std::string(phase))
+      .WithCause(st.cause());
 }
 
 }  // namespace

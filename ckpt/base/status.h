@@ -8,7 +8,9 @@
 //
 // A failure that crosses ranks carries typed fields besides code and message:
 // the rank that hit it first (origin_rank, -1 when not recorded) and the
-// protocol phase it happened in. Decisions (fallback, exit codes, which
+// protocol phase it happened in, and the code of the failure it relays
+// (cause(): a rank that aborts because rank r failed with kAlreadyExists is
+// kAborted with cause kAlreadyExists). Decisions (fallback, exit codes, which
 // rank's failure to report) look at these fields, never at message text.
 // The one wire form is in status_wire.h.
 #pragma once
@@ -72,12 +74,17 @@ class [[nodiscard]] Status {
   int origin_rank() const { return origin_rank_; }
   const std::string& phase() const { return phase_; }
   bool has_origin() const { return origin_rank_ >= 0; }
+  // The code of the failure this status relays from another rank (an
+  // Aborted status keeps its cause's code here); code() when it relays none.
+  Code cause() const { return cause_ == Code::kOk ? code_ : cause_; }
+  // Returns a copy recording `cause` as the relayed failure's code (OK stays OK).
+  Status WithCause(Code cause) const;
 
   // "<CodeName>: <message>", or "OK".
   std::string ToString() const;
 
   // Returns a copy whose message is "<context>: <message>"; OK stays OK.
-  // The origin fields are kept.
+  // The origin fields and the cause are kept.
   Status WithContext(std::string_view context) const;
 
   // Returns a copy that records `rank` and `phase` as the origin unless an
@@ -93,6 +100,7 @@ class [[nodiscard]] Status {
   std::string message_;
   int origin_rank_ = -1;
   std::string phase_;
+  Code cause_ = Code::kOk;  // kOk: relays nothing (cause() is code_)
 };
 
 // The Status a Result built from an OK Status holds instead (a caller bug).
