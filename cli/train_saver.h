@@ -49,6 +49,7 @@
 #include "ckpt/protocol/retention.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/workload/train_loop.h"
+#include "cli/progress.h"
 #include "faults/fault_env.h"
 
 namespace ckpt::cli {
@@ -62,6 +63,10 @@ struct TrainSaveFlags {
   std::string faults_log;    // event log of fired faults (one JSON line each)
   std::string hash = "sha256";  // chunk hash of the saves (ckpt/base/chunk_hash.h names)
   RetentionPolicy retention; // after each committed save, rank 0 deletes what the policy says (retention.h)
+  // Progress of each save on rank 0's stderr (cli/progress.h): a terminal
+  // line, JSON lines with --json, nothing when piped or with --no-progress.
+  // An async save's progress is its background write, ended at its join.
+  bool json = false, no_progress = false;
 };
 
 class TrainSaver final : public workload::TrainCheckpointer {
@@ -100,7 +105,11 @@ class TrainSaver final : public workload::TrainCheckpointer {
   // when the commit carries a warning: the tracker may lag); a log line.
   std::string Retain(const SaveStats& st);
 
+  // Progress of the save `sd` through `*env` (rank 0); *env becomes its meter.
+  std::unique_ptr<CliProgress> Meter(const char* op, const ShardedStateDict& sd, Env** env, bool start) const;
+
   TrainSaveFlags flags_;
+  std::unique_ptr<CliProgress> async_progress_;  // the async save in flight's (its drain writes through it)
   SaveOptions base_;
   workload::ResumeParts parts_;
   MpiComm* job_;
