@@ -2,6 +2,9 @@
 #             TP/DP GPT trains at TP4, is SIGKILLed mid-save, verified, resumed at
 #             TP4 and at TP2xDP2 (examples/torch_gpt/demo.py; table + PNG plot).
 # make demo-synthetic : the ~1 GB synthetic save/verify/load table (scripts/demo.sh).
+# make demo-cluster : the GPT job on 2 nodes x 2 ranks (namespaces on this machine, root:
+#             scripts/cluster.py), node 2 killed during a save, restarted on node 1 alone
+#             at TP2xDP1 from the last committed iteration (examples/torch_gpt/demo_cluster.py).
 # make test : install missing packages, build, run the whole test suite.
 # make bench [BENCH_FLAGS=--full] : ckpt against honest baselines (bench/run.py):
 #   default ~0.36 GB state, 2 ranks, 3 alternating rounds, page-cache and cold
@@ -46,7 +49,7 @@ SAN_EXCLUDE ?= H5py
 FUZZ_SECONDS ?= 120
 FUZZ_SEED ?= $(shell date +%s)
 
-.PHONY: all deps configure build demo demo-synthetic test bench clean install sanitize san-configure fuzz
+.PHONY: all deps configure build demo demo-synthetic demo-cluster test bench clean install sanitize san-configure fuzz
 
 all: build
 
@@ -66,7 +69,14 @@ demo: build
 demo-synthetic: build
 	bash scripts/demo.sh $(BUILD)
 
+demo-cluster: build
+	cd examples && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+		/usr/bin/python3 -m torch_gpt.demo_cluster --build $(abspath $(BUILD))
+
+# ctest shows a skipped test without its output: say here why the cluster tests will skip.
 test: build
+	@/usr/bin/python3 scripts/cluster.py check >/dev/null || echo "cluster tests (label cluster) \
+	will be SKIPPED: $$(/usr/bin/python3 scripts/cluster.py check)"
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j 2
 
 bench: build

@@ -30,7 +30,7 @@ using namespace ckpt::faults;
                            json result, const Status* agreed = nullptr) {
   std::fprintf(stderr, "ckpt faults child %s: rank %d: %s\n", phase, rank, st.ToString().c_str());
   result["ok"] = false;
-  result["error"] = st.ToString();
+  AddFailure(&result, st);
   result["t_end_ns"] = MonotonicNs();
   WriteEvidence(result_path, result.dump() + "\n");
   std::fflush(stdout);

@@ -4,6 +4,8 @@
 // workload, saver: cli/train_saver.h) and prints. Its options, the hidden
 // developer switches included (negative controls, a kill after a save, a NaN
 // fault): cli/flags_jobs.cc; --exit-signal-handler: ckpt/workload/exit_signal.h.
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +16,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/exit_signal.h"
 #include "ckpt/workload/job_setup.h"
+#include "ckpt/workload/rank_report.h"
 #include "ckpt/workload/train_loop.h"
 #include "ckpt/workload/train_workload.h"
 #include "cli/commands.h"
@@ -91,6 +94,44 @@ Result<Job> StartJob(TrainFlags& f) {
   return j;
 }
 
+// With a local tier: the newest iteration complete in some tier (local_tier.h
+// ChooseResumeTier), said with why; a local one is restored from this node
+// and the peers' replicas.
+Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const workload::ResumeParts parts{!f.no_rng, !f.no_iterator};
+  CKPT_ASSIGN_OR_RETURN(TierChoice c, ChooseResumeTier(*j.saver->local(), f.root));
+  Print0(j, "train: resume from the " + c.tier + " tier, iteration " + std::to_string(c.iteration) + ": " + c.why + "\n");
+  json out = {{"tier", c.tier}, {"iteration", c.iteration}, {"why", c.why}, {"local_iteration", c.local_iteration},
+              {"global_iteration", c.global_iteration}};
+  if (c.tier == "local") {
+    ShardedStateDict request = j.work->SaveDict(parts);
+    CKPT_ASSIGN_OR_RETURN(LocalRestoreStats rs, LocalRestore(request, c.iteration, *j.saver->local()));
+    CKPT_RETURN_IF_ERROR(j.work->ApplyLoaded(request, c.iteration, j.comm.get(), parts, Millis(f.timeout_ms)));
+    out.update({{"bytes", rs.load.bytes_read}, {"fetched_bytes", rs.fetched_bytes}, {"from_rank", rs.from_rank}});
+  } else {
+    LoadStats ls;
+    CKPT_RETURN_IF_ERROR(j.work->Resume(f.root, c.iteration, j.comm.get(), parts, Millis(f.timeout_ms), &ls));
+    out["bytes"] = ls.bytes_read;
+  }
+  // Every rank's restore time (the job's is the slowest rank's) and the bytes fetched from peers.
+  const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t fetched = out.value("fetched_bytes", int64_t(0));
+  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, json::array({mine, fetched}),
+                                                          Millis(f.timeout_ms), "resume-time"));
+  double worst = 0;
+  int64_t total = 0, ranks = 0;
+  for (const auto& a : all) {
+    worst = std::max(worst, a.at(0).get<double>());
+    total += a.at(1).get<int64_t>();
+    ranks += a.at(1).get<int64_t>() > 0;
+  }
+  out["fetched_bytes_all_ranks"] = total;
+  out["ranks_fetched_from_peers"] = ranks;
+  out["seconds"] = worst;
+  return out;
+}
+
 // Resumes from the latest checkpoint (all ranks agree) or starts fresh; a
 // fresh run refuses a root that already holds iterations (its saves would not
 // be 'latest') at start-up, not after every step ran, unless --allow-older.
@@ -105,6 +146,7 @@ Result<json> ResumeOrInit(Job& j, const TrainFlags& f) {
     j.work->Initialize();
     return json(nullptr);
   }
+  if (j.saver->local()) return ResumeTiered(j, f);
   LoadStats ls;
   CKPT_RETURN_IF_ERROR(
       j.work->Resume(f.root, -1, j.comm.get(), {!f.no_rng, !f.no_iterator}, Millis(f.timeout_ms), &ls));
@@ -122,6 +164,14 @@ Status RunTrain(TrainFlags& f) {
   auto save_at = workload::ParseSaveAt(f.save_at);
   if (!save_at.ok()) return Fail(j, save_at.status());
   lo.save_at = *save_at;
+  if (j.saver->local()) {  // the loop asks at local and global iterations; the saver tells them apart
+    const std::set<int64_t> global_at = lo.save_at;
+    j.saver->SetGlobalDue([global_at, steps = f.steps, every = f.save_every](int64_t it) {
+      return it == steps || global_at.count(it) || (every > 0 && it % every == 0);
+    });
+    for (int64_t it = f.save.local_every; f.save.local_every > 0 && it <= f.steps; it += f.save.local_every)
+      lo.save_at.insert(it);
+  }
   auto sig = f.exit_signal ? workload::StopLoopOnSignal(SIGTERM, *j.comm, Millis(f.timeout_ms), &lo)
                            : Result<std::unique_ptr<workload::ExitSignal>>(nullptr);
   if (!sig.ok()) return Fail(j, sig.status());

@@ -13,15 +13,16 @@ constexpr const char* kIterLatest =
     "iteration (default: the latest: the newest committed one at or above the tracker's)";
 
 // --root, --layout, --timeout-ms, --json, --no-progress, --bucket-elems, and the hidden
-// developer switch --naive-fc1 of save and load.
+// developer switches --naive-fc1 and --naive-layer-offset of save and load.
 void AddCommon(CLI::App* cmd, JobFlags* f) {
   cmd->add_option("--root", f->root, "checkpoint root directory")->required();
   cmd->add_option("--layout", f->layout, "this job's layout, e.g. tp=4,pp=2,dp=1 (world = tp*cp*dp*pp)");
   AddTimeoutMs(cmd, &f->timeout_ms, "deadline of every collective: how long a silent rank is waited for");
   // DEVELOPER ONLY (hidden from --help): a negative control from the testing library.
   cmd->add_flag("--naive-fc1", f->naive_fc1,
-                "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")
-      ->group("");
+                "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")->group("");
+  cmd->add_flag("--naive-layer-offset", f->naive_layer_offset,
+                "NEGATIVE CONTROL (tests only): key layers by a contiguous offset, ignoring VPP")->group("");
   AddJsonFlags(cmd, &f->json, &f->no_progress, "print the summary as JSON");
   cmd->add_option("--bucket-elems", f->bucket_elems,
                   "DDP bucket size in elements for the optimizer layout (0: one bucket per buffer)");

@@ -125,7 +125,16 @@ void AddTrainSaveOptions(CLI::App* cmd, TrainSaveFlags* f) {
                   "(Megatron-LM's flag) and the --keep-last newest; the newest is never deleted");
   cmd->add_option("--keep-last", f->retention.keep_last,
                   "retention: keep the newest N committed iterations (with or without --save-retain-interval)");
+  cmd->add_option("--local-dir", f->local_dir, "local tier: node-local directory ('{node}': the node index), "
+                  "saved every --local-every, replicated to --replicas nodes; global saves drain from it");
+  cmd->add_option("--local-every", f->local_every, "local tier: save every K iterations");
+  cmd->add_option("--replicas", f->replicas, "local tier: copies of each rank's files on other nodes (default 1)");
+  cmd->add_option("--ranks-per-node", f->ranks_per_node,
+                  "local tier: ranks per node, block placement (default: the launcher's ranks on this node)");
   const std::string kDev = "DEVELOPER ONLY (hidden): ";
+  cmd->add_option("--kill-at", f->kill_at, kDev + "SIGKILL every rank after the saves of this iteration")->group("");
+  cmd->add_option("--stall-at", f->stall_at, kDev + "every rank waits (300 s at most) after this iteration's saves")
+      ->group("");
   cmd->add_flag("--async-no-snapshot", f->no_snapshot,
                 kDev + "NEGATIVE CONTROL (never for real saves): the background save reads the live buffers")
       ->group("");

@@ -55,10 +55,16 @@ Result<std::unique_ptr<Comm>> ShareComm(GptJob& j, const std::string& mode, cons
 }
 
 Status ApplyNaiveFc1(const JobFlags& f, GptJob& j) {
-  if (!f.naive_fc1) return Status::Ok();
-  auto naive = testing::NaiveFc1Shards(j.model, j.layout, j.coords);
-  if (!naive.ok()) return naive.status().WithContext("rank " + std::to_string(j.rank()));
-  j.registered = std::move(naive).value();
+  if (f.naive_fc1) {
+    auto naive = testing::NaiveFc1Shards(j.model, j.layout, j.coords);
+    if (!naive.ok()) return naive.status().WithContext("rank " + std::to_string(j.rank()));
+    j.registered = std::move(naive).value();
+  }
+  if (f.naive_layer_offset) {
+    auto naive = testing::ContiguousLayerKeys(j.model, j.layout, j.coords, std::move(j.registered));
+    if (!naive.ok()) return naive.status().WithContext("rank " + std::to_string(j.rank()));
+    j.registered = std::move(naive).value();
+  }
   return Status::Ok();
 }
 

@@ -171,26 +171,12 @@ std::string TrainSaver::Retain(const SaveStats& st) {
 Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, workload::TrainWorkload& w) {
   base_ = std::move(base);
   parts_ = parts;
+  if (!flags_.local_dir.empty()) return PrepareLocal();
   if (!saver_) return Status::Ok();
   const auto t0 = Clock::now();
   CKPT_RETURN_IF_ERROR(saver_->Reserve(AsyncSaver::ArenaBytes(w.SaveDict(parts_))).WithContext("async save arena"));
   reserve_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
   return Status::Ok();
-}
-
-Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
-  SaveOptions o = base_;
-  o.iteration = w.iteration();
-  return Save(w.SaveDict(parts_), std::move(o), w.iteration());
-}
-
-Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
-  if (!saver_ || !saver_->in_flight()) return std::string();
-  Result<SaveStats> joined = saver_->Wait();
-  if (async_progress_) async_progress_->Finish();
-  async_progress_.reset();
-  CKPT_ASSIGN_OR_RETURN(SaveStats st, std::move(joined));
-  return Joined(st, iteration_now);
 }
 
 Result<json> TrainSaver::Report(const ShardedStateDict& sd, Millis timeout) {

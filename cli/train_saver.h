@@ -38,7 +38,10 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +49,7 @@
 
 #include "ckpt/protocol/async_save.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/local_tier.h"
 #include "ckpt/protocol/retention.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/workload/train_loop.h"
@@ -63,6 +67,16 @@ struct TrainSaveFlags {
   std::string faults_log;    // event log of fired faults (one JSON line each)
   std::string hash = "sha256";  // chunk hash of the saves (ckpt/base/chunk_hash.h names)
   RetentionPolicy retention; // after each committed save, rank 0 deletes what the policy says (retention.h)
+  // The local tier (ckpt/protocol/local_tier.h; cli/train_local.cc): every
+  // local_every iterations a local save (own copy + replicas + local commit);
+  // the global saves (--save-every, --steps) then drain from that copy in the
+  // background when --async-save is on (DrainGlobal), else save synchronously.
+  std::string local_dir;     // "" = one tier
+  int64_t local_every = 0;
+  int replicas = 1;
+  int ranks_per_node = 0;    // 0: the MPI launcher's local size
+  int64_t kill_at = -1;      // DEVELOPER: SIGKILL every rank after the saves of this iteration
+  int64_t stall_at = -1;     // DEVELOPER: every rank waits (300 s at most) after the saves of this iteration
   // Progress of each save on rank 0's stderr (cli/progress.h): a terminal
   // line, JSON lines with --json, nothing when piped or with --no-progress.
   // An async save's progress is its background write, ended at its join.
@@ -97,6 +111,11 @@ class TrainSaver final : public workload::TrainCheckpointer {
   Result<nlohmann::json> Report(const ShardedStateDict& sd, Millis timeout);
 
   bool async() const { return saver_ != nullptr; }
+  // Whether iteration `it` is due for a global save (set by the caller; the
+  // loop asks Save at local and global iterations both).
+  void SetGlobalDue(std::function<bool(int64_t)> due) { global_due_ = std::move(due); }
+  // The local tier's options (after Prepare), nullptr without --local-dir.
+  const LocalTierOptions* local() const { return local_ ? &*local_ : nullptr; }
 
  private:
   TrainSaver(TrainSaveFlags f, MpiComm* job) : flags_(std::move(f)), job_(job) {}
@@ -104,6 +123,15 @@ class TrainSaver final : public workload::TrainCheckpointer {
   // Rank 0, after `st`'s save committed: applies the retention policy (never
   // when the commit carries a warning: the tracker may lag); a log line.
   std::string Retain(const SaveStats& st);
+  // cli/train_local.cc
+  Status PrepareLocal();
+  Result<std::string> SaveLocal(workload::TrainWorkload& w);
+  // The global save of iteration N from this rank's local copy (no second
+  // snapshot of training memory): loaded into drain_ buffers, then saved on
+  // the dedicated communicator in the background (async) or here (sync).
+  Result<std::string> DrainGlobal(workload::TrainWorkload& w);
+  Result<std::string> JoinDrain(int64_t iteration_now);
+  Status KillIfAsked(int64_t it);
 
   // Progress of the save `sd` through `*env` (rank 0); *env becomes its meter.
   std::unique_ptr<CliProgress> Meter(const char* op, const ShardedStateDict& sd, Env** env, bool start) const;
@@ -122,6 +150,12 @@ class TrainSaver final : public workload::TrainCheckpointer {
   int64_t started_at_ = 0;    // iteration when it started
   double reserve_seconds_ = 0;  // async: Prepare's arena allocation
   std::vector<std::chrono::steady_clock::time_point> steps_;  // step ends since it started
+  std::optional<LocalTierOptions> local_;
+  std::function<bool(int64_t)> global_due_;
+  std::vector<std::byte> drain_buf_;   // the drain's copy of the state (read from the local tier)
+  ShardedStateDict drain_sd_;
+  std::future<Result<SaveStats>> drain_;
+  int64_t drain_row_ = -1;
 };
 
 }  // namespace ckpt::cli

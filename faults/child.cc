@@ -24,6 +24,19 @@ void WriteEvidence(const std::string& path, const std::string& text) {
   WriteStringToFileSync(DefaultEnv(), path, text).IgnoreError();
 }
 
+void AddFailure(json* result, const Status& st) {
+  (*result)["error"] = st.ToString();
+  if (st.has_origin()) {
+    (*result)["origin_rank"] = st.origin_rank();
+    (*result)["origin_phase"] = st.phase();
+  }
+  if (!st.missing().empty()) {
+    (*result)["missing_ranks"] = st.missing().ranks;
+    (*result)["missing_hosts"] = st.missing().hosts;
+    (*result)["missing_phase"] = st.missing().phase;
+  }
+}
+
 std::string RankFile(const std::string& dir, const char* stem, int rank, const char* ext) {
   return dir.empty() ? "" : JoinPath(dir, std::string(stem) + std::to_string(rank) + ext);
 }
@@ -80,7 +93,7 @@ Status SaveCase(workload::GptJob& j, const reshard::GptConfig& model, const std:
   auto r = SaveCheckpoint(sd, o);
   result["t_end_ns"] = MonotonicNs();
   result["ok"] = r.ok();
-  if (!r.ok()) result["error"] = r.status().ToString();
+  if (!r.ok()) AddFailure(&result, r.status());
   if (r.ok() && !r->warning.ok()) result["warning"] = r->warning.ToString();
   if (r.ok() && !r->warning.ok())
     std::fprintf(stderr, "ckpt faults child save: rank %d: committed iteration %lld, but %s\n", rank,

@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "ckpt/workload/gpt_job.h"
 #include "faults/fault_spec.h"
 
@@ -26,6 +28,11 @@ struct ChildOptions {
 // Writes `text` to `path` directly (evidence for the runner, outside any Env
 // under test); nothing for an empty path, best effort.
 void WriteEvidence(const std::string& path, const std::string& text);
+// Records failure `st` in a rank's result: "error" (its text) and its typed
+// fields, which the runners judge by: "origin_rank"/"origin_phase" (when
+// recorded) and "missing_ranks"/"missing_hosts"/"missing_phase" (a deadline
+// failure's lost peers, when recorded).
+void AddFailure(nlohmann::json* result, const Status& st);
 // "<dir>/<stem><rank><ext>", or "" without a dir.
 std::string RankFile(const std::string& dir, const char* stem, int rank, const char* ext);
 // The fault plan of --spec-file plus --spec.

@@ -15,24 +15,33 @@ std::string Fmt(const char* fmt, auto... args) {
   return buf;
 }
 
-bool Contains(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
-
 bool ParseNumber(const std::string& s, int64_t* v) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
-// A timeout message of MpiComm names both: "... rank(s) 3 within 1000 ms in phase 'vote'";
-// a failure passed on by rank 0: "... rank 3 failed: ... phase 'plan' ...".
-bool NamesRankAndPhase(const std::string& m) {
-  return (Contains(m, "rank(s) ") || Contains(m, " failed: ")) && Contains(m, "phase '");
+// A survivor's verdict is judged by the typed fields of its failure (the
+// rank's result, faults/child.h AddFailure), never by message text: a
+// deadline failure records the missing ranks, their hosts and the phase; a
+// failure passed on from rank F records F and its phase as the origin.
+void ReadFailure(const nlohmann::json& r, SurvivorReport* s) {
+  s->origin_rank = r.value("origin_rank", -1);
+  s->origin_phase = r.value("origin_phase", "");
+  s->missing_ranks = r.value("missing_ranks", std::vector<int>{});
+  s->missing_hosts = r.value("missing_hosts", std::vector<std::string>{});
+  s->missing_phase = r.value("missing_phase", "");
+  s->names_rank_and_phase = (!s->missing_ranks.empty() && !s->missing_phase.empty()) ||
+                            (s->origin_rank >= 0 && !s->origin_phase.empty());
 }
 
-bool NamesFaulty(const std::string& m, const DeadlineScenario& sc) {
-  const std::string rank = std::to_string(sc.rank);
-  const bool names = sc.action == Action::kEio ? Contains(m, "rank " + rank + " failed")
-                                               : Contains(m, "rank(s) " + rank + " within");
-  return names && Contains(m, "phase '" + sc.expect_phase + "'");
+// Whether the survivor names the faulty rank in the expected phase (and, for
+// a lost rank, the host it ran on).
+bool NamesFaulty(const SurvivorReport& s, const DeadlineScenario& sc) {
+  if (sc.action == Action::kEio) return s.origin_rank == sc.rank && s.origin_phase == sc.expect_phase;
+  for (size_t i = 0; i < s.missing_ranks.size(); ++i)
+    if (s.missing_ranks[i] == sc.rank)
+      return s.missing_phase == sc.expect_phase && i < s.missing_hosts.size() && !s.missing_hosts[i].empty();
+  return false;
 }
 
 class Checker {
@@ -102,15 +111,16 @@ class Checker {
         s.message = lines.front().value("error", "");
         if (t_fault >= 0) s.latency_s = double(lines.front().value("t_end_ns", int64_t(0)) - t_fault) / 1e9;
       }
-      s.names_rank_and_phase = NamesRankAndPhase(s.message);
-      s.names_faulty = NamesFaulty(s.message, sc);
+      if (!lines.empty()) ReadFailure(lines.front(), &s);
+      s.names_faulty = NamesFaulty(s, sc);
       auto bad = [&](const std::string& why) { out->problems.push_back("rank " + std::to_string(r) + ": " + why); };
       if (lines.empty()) bad("no report");
       else if (!s.failed) bad("did not fail");
       else if (s.latency_s > bound) bad(Fmt("failed after %.2f s > bound %.2f s", s.latency_s, bound));
-      if (s.failed && !s.names_rank_and_phase) bad("message names no rank and phase: " + s.message);
+      if (s.failed && !s.names_rank_and_phase) bad("failure records no rank and phase: " + s.message);
       if (s.failed && !s.names_faulty)
-        bad("does not name rank " + std::to_string(sc.rank) + " in phase '" + sc.expect_phase + "': " + s.message);
+        bad("does not record rank " + std::to_string(sc.rank) + (sc.action == Action::kEio ? "" : " and its host") +
+            " in phase '" + sc.expect_phase + "': " + s.message);
       if (s.latency_s >= 0) {
         out->max_latency_s = std::max(out->max_latency_s, s.latency_s);
         out->min_latency_s = std::min(out->min_latency_s, s.latency_s);

@@ -14,10 +14,11 @@
 // survivor's failure time - fault time (one monotonic clock on one machine).
 //
 // What is checked per scenario: every survivor failed; its latency <= the
-// scenario's bound (BoundSeconds); its message names the faulty rank and the
-// expected phase: hang/sigkill "rank(s) F within ... in phase 'x'" (rank 0's
+// scenario's bound (BoundSeconds); its failure's typed fields (Status, as the
+// child records them) name the faulty rank and the expected phase:
+// hang/sigkill as a missing peer with its host in phase 'x' (rank 0's
 // timeout, passed on to every other survivor; when F is 0 each survivor's
-// own), eio "rank F failed" and "phase 'x'"; for saves, no iteration
+// own), eio as the origin rank F and phase 'x'; for saves, no iteration
 // directory of the new iteration exists, the tracker still names the old one
 // and the old checkpoint still loads bit for bit.
 //
@@ -64,8 +65,14 @@ struct SurvivorReport {
   bool failed = false;
   double latency_s = -1;
   std::string message;
-  bool names_rank_and_phase = false;  // some rank and some phase
-  bool names_faulty = false;          // the faulty rank and expect_phase
+  // The failure's typed fields (Status origin and missing peers).
+  int origin_rank = -1;
+  std::string origin_phase;
+  std::vector<int> missing_ranks;
+  std::vector<std::string> missing_hosts;
+  std::string missing_phase;
+  bool names_rank_and_phase = false;  // some rank and some phase, typed
+  bool names_faulty = false;          // the faulty rank (and its host if lost) and expect_phase
 };
 
 struct DeadlineResult {

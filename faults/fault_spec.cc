@@ -131,9 +131,15 @@ const std::vector<std::string>& StepPoints() {
   return p;
 }
 
+const std::vector<std::string>& LocalTierStepPoints() {
+  static const std::vector<std::string> p = {"step.local_replicate", "step.local_receive", "step.local_vote",
+                                             "step.local_marker", "step.local_gc"};
+  return p;
+}
+
 bool IsKnownPoint(std::string_view point) {
   auto has = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), point) != v.end(); };
-  return has(EnvPoints()) || has(StepPoints());
+  return has(EnvPoints()) || has(StepPoints()) || has(LocalTierStepPoints());
 }
 
 std::string FaultRule::ToString() const {

@@ -85,6 +85,9 @@ bool IsDamage(Action a);
 // ("step.begin", ... "step.commit", the SaveOptions::hook steps).
 const std::vector<std::string>& EnvPoints();
 const std::vector<std::string>& StepPoints();
+// The local tier's own steps (ckpt/protocol/local_tier.h; its own write also
+// passes StepPoints()): kept apart so the global campaign does not list them.
+const std::vector<std::string>& LocalTierStepPoints();
 bool IsKnownPoint(std::string_view point);
 
 Result<FaultPlan> ParseFaultPlan(std::string_view text);

@@ -10,7 +10,15 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 namespace ckpt {
+
+std::string ThisHostName() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0) return "";
+  return host;
+}
 
 std::string PackStrings(const std::vector<std::string>& parts) {
   std::string out;
@@ -54,6 +62,7 @@ Result<std::string> OpenDecision(std::string_view msg, int me, int root, std::st
   return Status(st.code(),
                 "rank " + std::to_string(me) + ": aborted by rank " + std::to_string(root) + ": " + st.message(),
                 st.has_origin() ? st.origin_rank() : root, st.has_origin() ? st.phase() : std::string(phase))
+      .WithMissing(st.missing())
       .WithCause(st.cause());
 }
 
@@ -123,6 +132,7 @@ class ThreadComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_size() const override { return size_; }  // every thread rank shares this process's node
+  std::string host(int) const override { return ThisHostName(); }
 
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
                                           std::string_view phase) override {
@@ -183,7 +193,8 @@ class ThreadComm final : public Comm {
     while (!g_->box.count(key)) {
       if (g_->cv.wait_until(lock, deadline) == std::cv_status::timeout && !g_->box.count(key))
         return Status::Timeout("rank " + std::to_string(rank_) + ": no answer from rank " +
-                               std::to_string(src) + " in phase '" + std::string(phase) + "'");
+                               std::to_string(src) + " in phase '" + std::string(phase) + "'")
+            .WithMissing({{src}, {host(src)}, std::string(phase)});
     }
     std::string m = std::move(g_->box[key]);
     g_->box.erase(key);

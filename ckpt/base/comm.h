@@ -32,6 +32,10 @@ class Comm {
   // it; threads of one process count as one node): worker-thread defaults
   // divide the node's cores by it (DefaultWorkerThreads).
   virtual int local_size() const { return 1; }
+  // The host rank `r` runs on, learnt once when the communicator was made
+  // ("" where unknown). A deadline failure names its missing peers with it
+  // (Status::missing()): a lost node is named by host, not only by rank.
+  virtual std::string host(int r) const { return (void)r, std::string(); }
 
   // Root receives every rank's message (index = rank); others get an empty vector.
   virtual Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
@@ -102,6 +106,9 @@ int DefaultWorkerThreads(const Comm* comm);
 // Creates `n` connected ThreadComm endpoints; endpoint i is rank i and must be
 // used by one thread. The group lives as long as any endpoint.
 std::vector<std::unique_ptr<Comm>> MakeThreadComms(int n);
+
+// This machine's host name (gethostname; "" if it fails).
+std::string ThisHostName();
 
 // Encodes a list of strings into one (length-prefixed) and back.
 std::string PackStrings(const std::vector<std::string>& parts);

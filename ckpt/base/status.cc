@@ -31,7 +31,7 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
-  Status out = *this;
+  Status out = *this;  // every typed field kept (origin, cause, missing peers)
   out.message_ = std::string(context) + ": " + message_;
   return out;
 }
@@ -49,6 +49,27 @@ Status Status::WithCause(Code cause) const {
   Status out = *this;
   out.cause_ = cause;
   return out;
+}
+
+const MissingPeers& Status::missing() const {
+  static const MissingPeers kNone;
+  return missing_ ? *missing_ : kNone;
+}
+
+Status Status::WithMissing(MissingPeers peers) const {
+  if (ok()) return *this;
+  Status out = *this;
+  out.missing_ = peers.empty() ? nullptr : std::make_shared<const MissingPeers>(std::move(peers));
+  return out;
+}
+
+std::string MissingPeers::Describe() const {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const std::string host = i < hosts.size() && !hosts[i].empty() ? hosts[i] : "?";
+    s += (s.empty() ? "rank " : ", rank ") + std::to_string(ranks[i]) + " on host '" + host + "'";
+  }
+  return s;
 }
 
 Status OkStatusInResult() {

@@ -13,12 +13,18 @@
 // kAborted with cause kAlreadyExists). Decisions (fallback, exit codes, which
 // rank's failure to report) look at these fields, never at message text.
 // The one wire form is in status_wire.h.
+//
+// A deadline failure (kTimeout raised by a Comm) also carries the peers it
+// waited for in vain, typed (MissingPeers: ranks, their hosts, the phase), so
+// a report or a test judges who was lost by these, never by message text.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace ckpt {
 
@@ -45,6 +51,18 @@ enum class Code {
 inline constexpr Code kLastCode = Code::kOutcomeUnknown;
 
 std::string_view CodeName(Code code);
+
+// The peers a deadline failure waited for in vain: ranks (of the
+// communicator that timed out), the host each runs on (same length; "" where
+// unknown) and the phase of the call. Empty when none is recorded.
+struct MissingPeers {
+  std::vector<int> ranks;
+  std::vector<std::string> hosts;
+  std::string phase;
+  bool empty() const { return ranks.empty(); }
+  // "rank 2 on host 'n2', rank 3 on host 'n2'" (for messages).
+  std::string Describe() const;
+};
 
 class [[nodiscard]] Status {
  public:
@@ -79,12 +97,16 @@ class [[nodiscard]] Status {
   Code cause() const { return cause_ == Code::kOk ? code_ : cause_; }
   // Returns a copy recording `cause` as the relayed failure's code (OK stays OK).
   Status WithCause(Code cause) const;
+  // The peers a deadline failure waited for (empty if not recorded).
+  const MissingPeers& missing() const;
+  // A copy that records `peers` as the missing peers; OK stays OK.
+  Status WithMissing(MissingPeers peers) const;
 
   // "<CodeName>: <message>", or "OK".
   std::string ToString() const;
 
   // Returns a copy whose message is "<context>: <message>"; OK stays OK.
-  // The origin fields and the cause are kept.
+  // The origin fields, the cause and missing peers are kept.
   Status WithContext(std::string_view context) const;
 
   // Returns a copy that records `rank` and `phase` as the origin unless an
@@ -101,6 +123,7 @@ class [[nodiscard]] Status {
   int origin_rank_ = -1;
   std::string phase_;
   Code cause_ = Code::kOk;  // kOk: relays nothing (cause() is code_)
+  std::shared_ptr<const MissingPeers> missing_;  // null: none recorded
 };
 
 // The Status a Result built from an OK Status holds instead (a caller bug).

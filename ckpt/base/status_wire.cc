@@ -26,10 +26,50 @@ Status Malformed(std::string_view what, std::string_view wire) {
   return Status::Internal("malformed " + std::string(what) + " on the wire: '" + shown + "'");
 }
 
+void PutString(std::string* out, std::string_view v) {
+  Put<uint32_t>(out, uint32_t(v.size()));
+  out->append(v);
+}
+
+bool TakeString(std::string_view* in, std::string* v) {
+  uint32_t n = 0;
+  if (!Take(in, &n) || n > in->size()) return false;
+  v->assign(in->substr(0, n));
+  in->remove_prefix(n);
+  return true;
+}
+
+// The 'M' prefix of a Status with missing peers (status_wire.h).
+std::string EncodeMissing(const MissingPeers& m) {
+  std::string out = "M";
+  Put<uint32_t>(&out, uint32_t(m.ranks.size()));
+  for (size_t i = 0; i < m.ranks.size(); ++i) {
+    Put<int32_t>(&out, int32_t(m.ranks[i]));
+    PutString(&out, i < m.hosts.size() ? m.hosts[i] : "");
+  }
+  PutString(&out, m.phase);
+  return out;
+}
+
+bool TakeMissing(std::string_view* in, MissingPeers* m) {
+  uint32_t n = 0;
+  if (in->empty() || in->front() != 'M') return false;
+  in->remove_prefix(1);
+  if (!Take(in, &n) || n > in->size()) return false;  // every peer takes > 1 byte
+  for (uint32_t i = 0; i < n; ++i) {
+    int32_t rank = -1;
+    std::string host;
+    if (!Take(in, &rank) || rank < 0 || !TakeString(in, &host)) return false;
+    m->ranks.push_back(rank);
+    m->hosts.push_back(std::move(host));
+  }
+  return TakeString(in, &m->phase) && !m->empty();
+}
+
 }  // namespace
 
 std::string EncodeStatus(const Status& s) {
-  std::string out = "S";
+  std::string out = s.missing().empty() ? "S" : EncodeMissing(s.missing()) + "S";
   Put<uint8_t>(&out, uint8_t(s.code()));
   Put<uint8_t>(&out, uint8_t(s.cause()));
   Put<int32_t>(&out, int32_t(s.origin_rank()));
@@ -41,6 +81,8 @@ std::string EncodeStatus(const Status& s) {
 
 Status DecodeStatus(std::string_view wire) {
   std::string_view in = wire;
+  MissingPeers missing;
+  if (!in.empty() && in.front() == 'M' && !TakeMissing(&in, &missing)) return Malformed("status", wire);
   uint8_t code = 0, cause = 0;
   int32_t rank = -1;
   uint32_t phase_len = 0;
@@ -51,7 +93,9 @@ Status DecodeStatus(std::string_view wire) {
     return Malformed("status", wire);
   if (code == 0) return Status::Ok();
   std::string phase(in.substr(0, phase_len));
-  return Status(Code(code), std::string(in.substr(phase_len)), rank, std::move(phase)).WithCause(Code(cause));
+  return Status(Code(code), std::string(in.substr(phase_len)), rank, std::move(phase))
+      .WithCause(Code(cause))
+      .WithMissing(std::move(missing));
 }
 
 std::string EncodeOutcome(std::string_view payload) { return "O" + std::string(payload); }
@@ -79,7 +123,8 @@ Result<std::vector<std::string>> DecodeOutcomes(const std::vector<std::string>& 
     }
     const Status st = o.status().At(int(r), phase);
     return Status(st.code(), "rank " + std::to_string(r) + ": " + st.message(), st.origin_rank(), st.phase())
-        .WithCause(st.cause());
+        .WithCause(st.cause())
+        .WithMissing(st.missing());
   }
   return payloads;
 }

@@ -17,8 +17,10 @@
 namespace ckpt {
 
 // 'S', code (1 byte), cause code (1 byte; cause() - the relayed failure's
-// code, or the code itself), origin rank (int32 LE), phase length (uint32 LE), phase,
-// message. OK encodes as a Status with code kOk.
+// code, or the code itself), origin rank (int32 LE), phase length (uint32 LE),
+// phase, message. OK encodes as a Status with code kOk. A Status with missing peers
+// is prefixed by 'M', count (uint32 LE), per peer rank (int32 LE) and host
+// (uint32 LE length, bytes), then the phase (uint32 LE length, bytes).
 std::string EncodeStatus(const Status& s);
 Status DecodeStatus(std::string_view wire);
 

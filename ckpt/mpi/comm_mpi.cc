@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <climits>
+#include <cstdlib>
 #include <thread>
 
 namespace ckpt {
@@ -92,7 +93,18 @@ void EndJobIfHung(int exit_code) {
   if (!initialized || MpiFinalized()) return;
   std::fflush(stdout);
   std::fflush(stderr);
+  // MPI_Abort asks the local daemon to end the job and may never return when
+  // the daemon cannot finish that (a node cut off: it waits for the
+  // unreachable one). This process ends anyway, kAbortGrace later.
+  std::thread([exit_code] {
+    std::this_thread::sleep_for(kAbortGrace);
+    std::fprintf(stderr, "ckpt: MPI_Abort did not end this process within %lld ms (a node may be unreachable); "
+                 "exiting with code %d\n", static_cast<long long>(kAbortGrace.count()), exit_code);
+    std::fflush(stderr);
+    std::_Exit(exit_code);
+  }).detach();
   MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort returned (it should not)
 }
 
 // ---- MpiComm ----
@@ -161,12 +173,30 @@ Status MpiComm::CheckRoot(int root, std::string_view phase) const {
                                  std::to_string(size_) + " in phase '" + std::string(phase) + "'");
 }
 
-std::string MpiComm::TimeoutMessage(std::string_view what, const std::vector<int>& ranks,
-                                    Millis timeout, std::string_view phase) const {
+Status MpiComm::TimeoutStatus(std::string_view what, const std::vector<int>& ranks, Millis timeout,
+                              std::string_view phase) const {
   g_deadline_failed = true;  // called exactly when a call fails by its deadline
-  return "rank " + std::to_string(rank_) + ": " + std::string(what) + " rank(s) " +
-         RankList(ranks) + " within " + std::to_string(timeout.count()) + " ms in phase '" +
-         std::string(phase) + "'";
+  MissingPeers peers{ranks, {}, std::string(phase)};
+  for (int r : ranks) peers.hosts.push_back(host(r));
+  return Status::Timeout("rank " + std::to_string(rank_) + ": " + std::string(what) + " rank(s) " + RankList(ranks) +
+                         " within " + std::to_string(timeout.count()) + " ms in phase '" + std::string(phase) +
+                         "' (" + peers.Describe() + ")")
+      .WithMissing(std::move(peers));
+}
+
+std::vector<std::string> MpiComm::GatherHosts(MPI_Comm comm) {
+  constexpr int kLen = 256;  // HOST_NAME_MAX + 1 on Linux
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  std::string mine = ThisHostName();
+  mine.resize(kLen, '\0');
+  mine.back() = '\0';
+  std::string all(size_t(size) * kLen, '\0');
+  std::vector<std::string> hosts(static_cast<size_t>(size));
+  if (MPI_Allgather(mine.data(), kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, comm) != MPI_SUCCESS)
+    return hosts;  // unknown: messages then name ranks only
+  for (int r = 0; r < size; ++r) hosts[size_t(r)] = all.c_str() + size_t(r) * kLen;
+  return hosts;
 }
 
 void MpiComm::Reap() {
@@ -243,7 +273,7 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
       std::vector<int> missing;
       for (size_t i = 0; i < reqs.size(); ++i)
         if (reqs[i] != MPI_REQUEST_NULL) missing.push_back(dsts[i]);
-      st = Status::Timeout(TimeoutMessage("message not taken by", missing, timeout, phase));
+      st = TimeoutStatus("message not taken by", missing, timeout, phase);
       break;
     }
     backoff.Wait();
@@ -293,7 +323,7 @@ Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, 
       std::vector<int> missing;
       for (size_t i = 0; i < srcs.size(); ++i)
         if (state[i] != State::kDone) missing.push_back(srcs[i]);
-      st = Status::Timeout(TimeoutMessage("no answer from", missing, timeout, phase));
+      st = TimeoutStatus("no answer from", missing, timeout, phase);
       break;
     }
     backoff.Wait();

@@ -6,7 +6,10 @@
 // sequence, so tags agree), probes/receives with MPI_Improbe + MPI_Imrecv
 // (sizes need not be known in advance) and sends with MPI_Isend, polling with
 // short sleeps until done or the deadline passes. On timeout the Status is
-// kTimeout: "rank 0: no answer from rank(s) 3 within 2000 ms in phase 'vote'".
+// kTimeout: "rank 0: no answer from rank(s) 3 within 2000 ms in phase 'vote'
+// (rank 3 on host 'n2')", with the missing ranks, their hosts and the phase as
+// typed fields (Status::missing()). Every rank's host name is gathered once,
+// at Create/Split (collective, like the duplicate itself).
 // A late message carries an old tag and can never be matched by a later call.
 //
 // Ownership: MpiComm owns a duplicate of the MPI_Comm it is created from (its
@@ -64,6 +67,14 @@ class MpiSession {
 //  - EndJobIfHung(code), called last (after every MPI object is gone), calls
 //    MPI_Abort(MPI_COMM_WORLD, code) if so, after flushing stdio: mpirun kills
 //    every rank (a stopped one too) and returns. Otherwise it returns.
+//    MPI_Abort may block when the local daemon cannot finish the abort (a
+//    node cut off by a partition: OpenMPI waits for its daemon); a watchdog
+//    thread then ends this process with `code` after kAbortGrace, so every
+//    surviving rank exits within its deadline failure + kAbortGrace. mpirun
+//    itself only learns that a daemon is unreachable from TCP keepalive
+//    (OpenMPI 4.1 defaults: 300 s idle + 9 probes x 20 s); pass e.g.
+//    `--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1
+//    --mca oob_tcp_keepalive_probes 3` (README "Across hosts").
 // Off by default: a library user may resynchronise after a timeout.
 bool MpiDeadlineFailed();
 // Records a deadline failure noticed above the comm (a save whose rank made
@@ -72,6 +83,8 @@ bool MpiDeadlineFailed();
 void NoteDeadlineFailed();
 void SetEndJobOnDeadline(bool on);
 void EndJobIfHung(int exit_code);
+// How long EndJobIfHung lets MPI_Abort work before ending the process itself.
+inline constexpr Millis kAbortGrace{3000};
 
 class MpiComm final : public Comm {
  public:
@@ -85,6 +98,7 @@ class MpiComm final : public Comm {
   int size() const override { return size_; }
   // Ranks of this communicator on this node (MPI_COMM_TYPE_SHARED), found at Create/Split.
   int local_size() const override { return local_size_; }
+  std::string host(int r) const override { return r >= 0 && r < int(hosts_.size()) ? hosts_[size_t(r)] : ""; }
 
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
                                           std::string_view phase) override;
@@ -110,8 +124,11 @@ class MpiComm final : public Comm {
   };
 
   MpiComm(MPI_Comm comm, int rank, int size, int tag_limit)
-      : comm_(comm), rank_(rank), size_(size), local_size_(NodeSize(comm)), tag_limit_(tag_limit) {}
+      : comm_(comm), rank_(rank), size_(size), local_size_(NodeSize(comm)), hosts_(GatherHosts(comm)),
+        tag_limit_(tag_limit) {}
   static int NodeSize(MPI_Comm comm);  // collective over comm
+  // Every rank's host name, index = rank (collective over comm; "" if it fails).
+  static std::vector<std::string> GatherHosts(MPI_Comm comm);
 
   int NextTag();
   Status CheckRoot(int root, std::string_view phase) const;
@@ -123,15 +140,17 @@ class MpiComm final : public Comm {
   Result<std::vector<std::string>> RecvAll(const std::vector<int>& srcs, int tag,
                                            std::chrono::steady_clock::time_point deadline,
                                            Millis timeout, std::string_view phase);
-  // The kTimeout message; also records the deadline failure (MpiDeadlineFailed).
-  std::string TimeoutMessage(std::string_view what, const std::vector<int>& ranks, Millis timeout,
-                             std::string_view phase) const;
+  // The kTimeout naming `ranks` (typed and in text, with their hosts); also
+  // records the deadline failure (MpiDeadlineFailed).
+  Status TimeoutStatus(std::string_view what, const std::vector<int>& ranks, Millis timeout,
+                       std::string_view phase) const;
   void Reap();  // drops completed leftovers
 
   MPI_Comm comm_;
   int rank_;
   int size_;
   int local_size_;
+  std::vector<std::string> hosts_;
   int tag_limit_;  // tags used are in [0, tag_limit_)
   uint64_t seq_ = 0;
   std::vector<Pending> pending_;

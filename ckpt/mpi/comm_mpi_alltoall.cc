@@ -45,7 +45,7 @@ Result<std::vector<std::string>> MpiComm::AllToAll(std::vector<std::string> out,
     }
     if (all_done) break;
     if (std::chrono::steady_clock::now() >= deadline) {
-      got = Status::Timeout(TimeoutMessage("messages not taken by", peers, timeout, phase));
+      got = TimeoutStatus("messages not taken by", peers, timeout, phase);
       break;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(us));

@@ -285,7 +285,7 @@ std::string SaveRun::DecideRound(VoteTally& tally, const std::vector<std::string
                                     [](const std::string& v) { return !v.empty() && !DecodeOutcome(v).ok(); });
     return EncodeFinal(failed ? ErrMsg(Mine(MergeVotes(votes).status(), "commit")) : DecideCommit(votes));
   }
-  stalled_ = tally.Stalled(now, rank_).At(rank_, "vote");
+  stalled_ = tally.Stalled(now, rank_, comm_).At(rank_, "vote");
   return stalled_.ok() ? EncodeGoOn() : EncodeFinal(ErrMsg(stalled_));
 }
 

@@ -96,13 +96,21 @@ bool VoteTally::Decided() const {
   return failed_vote_ || std::none_of(votes_.begin(), votes_.end(), [](const std::string& v) { return v.empty(); });
 }
 
-Status VoteTally::Stalled(Clock::time_point now, int me) const {
+Status VoteTally::Stalled(Clock::time_point now, int me, const Comm* comm) const {
+  MissingPeers stalled;
   std::string ranks;
-  for (size_t r = 0; r < votes_.size(); ++r)
-    if (votes_[r].empty() && now - writers_[r].since >= timeout_) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  for (size_t r = 0; r < votes_.size(); ++r) {
+    if (!votes_[r].empty() || now - writers_[r].since < timeout_) continue;
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    stalled.ranks.push_back(int(r));
+    stalled.hosts.push_back(comm ? comm->host(int(r)) : "");
+  }
   if (ranks.empty()) return Status::Ok();
+  stalled.phase = "vote";
   return Status::Timeout("rank " + std::to_string(me) + ": no progress from rank(s) " + ranks + " within " +
-                         std::to_string(timeout_.count()) + " ms in phase 'vote' (their writes stopped)");
+                         std::to_string(timeout_.count()) + " ms in phase 'vote' (their writes stopped; " +
+                         stalled.Describe() + ")")
+      .WithMissing(std::move(stalled));
 }
 
 }  // namespace ckpt

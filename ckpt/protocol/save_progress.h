@@ -85,7 +85,8 @@ class VoteTally {
   const std::vector<std::string>& votes() const { return votes_; }
   // kTimeout naming the still-writing ranks whose count did not move for a
   // whole deadline by `now`, or OK. `me` is root's rank (the message's "rank <me>:").
-  Status Stalled(Clock::time_point now, int me) const;
+  // The stalled ranks are also recorded typed (Status::missing(), hosts from `comm` if given).
+  Status Stalled(Clock::time_point now, int me, const Comm* comm = nullptr) const;
 
  private:
   struct Writer {

@@ -102,6 +102,11 @@ Status TrainWorkload::Resume(const std::string& root, int64_t iteration, Comm* c
   lo.timeout = timeout;
   CKPT_ASSIGN_OR_RETURN(LoadStats ls, LoadCheckpoint(request, lo));
   if (stats) *stats = ls;
+  return ApplyLoaded(request, iter, comm, parts, timeout);
+}
+
+Status TrainWorkload::ApplyLoaded(const ShardedStateDict& request, int64_t iter, Comm* comm, const ResumeParts& parts,
+                                  Millis timeout) {
   Status st = ApplyResumeObjects(request, parts, iter);
   for (size_t p = 0; st.ok() && p < params_.size(); ++p) {
     int64_t bad = -1;

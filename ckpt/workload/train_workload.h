@@ -94,6 +94,11 @@ class TrainWorkload {
   // object and checks it (see the header comment). `comm` spans the job.
   Status Resume(const std::string& root, int64_t iteration, Comm* comm, const ResumeParts& parts, Millis timeout,
                 LoadStats* stats);
+  // The checks and state of Resume for a dict some other path already filled
+  // (the local tier, ckpt/protocol/local_tier.h): `loaded` is SaveDict(parts)
+  // with its buffers and objects loaded for `iteration`. Collective.
+  Status ApplyLoaded(const ShardedStateDict& loaded, int64_t iteration, Comm* comm, const ResumeParts& parts,
+                     Millis timeout);
 
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return sampler_->consumed_samples(); }

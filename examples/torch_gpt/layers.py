@@ -17,6 +17,8 @@ logits instead); padded rows then get zero gradient and stay zero.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -24,9 +26,33 @@ import torch.nn.functional as F
 from .parallel import ParallelState, all_reduce, copy_to_tp, reduce_from_tp
 
 
+class _UnorderedEmbedding(torch.autograd.Function):
+    """F.embedding whose backward adds the token rows into the weight gradient in
+    an order drawn from os.urandom on every call - what an atomicAdd scatter
+    (CUDA's embedding backward outside deterministic mode) does: the same
+    numbers summed in another order, so two runs differ in the last bits."""
+
+    @staticmethod
+    def forward(ctx, idx, weight):
+        ctx.save_for_backward(idx)
+        ctx.rows = weight.shape[0]
+        return F.embedding(idx, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (idx,) = ctx.saved_tensors
+        flat, rows = idx.reshape(-1), grad.reshape(-1, grad.shape[-1])
+        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+        order = torch.randperm(flat.numel(), generator=gen)
+        gw = torch.zeros(ctx.rows, rows.shape[-1], dtype=rows.dtype)
+        gw.index_add_(0, flat[order], rows[order])
+        return None, gw
+
+
 class VocabParallelEmbedding(torch.nn.Module):
     def __init__(self, padded_vocab: int, hidden: int, ps: ParallelState):
         super().__init__()
+        self.nondeterministic = False  # --nondeterministic: unordered gradient accumulation
         self.ps = ps
         self.per_rank = padded_vocab // ps.tp
         self.start = ps.tp_rank * self.per_rank
@@ -36,7 +62,8 @@ class VocabParallelEmbedding(torch.nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         outside = (tokens < self.start) | (tokens >= self.start + self.per_rank)
         local = (tokens - self.start).masked_fill(outside, 0)
-        emb = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
+        emb = (_UnorderedEmbedding.apply(local, self.weight) if self.nondeterministic
+               else F.embedding(local, self.weight)).masked_fill(outside.unsqueeze(-1), 0.0)
         return reduce_from_tp(emb, self.ps)
 
 

@@ -11,6 +11,10 @@ bitwise comparisons), and can save/load the pure-PyTorch reference checkpoint
 Determinism: one thread, torch.use_deterministic_algorithms(True), the
 TP-independent global init, seeded per-rank generators (rng.py) and a
 fixed-order DP all-reduce make two runs at one layout bitwise equal.
+--nondeterministic is the other path (a GPU job's atomicAdd kernels): the
+embedding gradient is accumulated in a random order every step, so two runs
+differ in the last bits and only an approximate loss test can compare them.
+--hash-activations PATH hashes the forward pass of each step (probe.py).
 """
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ class Job:
     train_cfg: TrainConfig
     iteration: int = 0
     naive_fc1: bool = False  # negative control: describe fc1 with the naive split
+    hasher: object = None    # probe.ActivationHasher under --hash-activations
 
 
 def build_job(model_cfg: GPTConfig, train_cfg: TrainConfig, ps: ParallelState) -> Job:
@@ -76,9 +81,13 @@ def train_step(job: Job) -> dict:
     job.model.train()
     job.opt.zero_grad()
     loss_sum = torch.zeros(1)
-    for ids in micro:
+    for n, ids in enumerate(micro):
         tokens, targets = job.dataset.batch(ids)
+        if job.hasher and n == 0:
+            job.hasher.arm()
         loss = job.model.loss(tokens, targets) / len(micro)
+        if job.hasher and n == 0:
+            job.hasher.disarm(job.iteration + 1)
         loss.backward()
         loss_sum += loss.detach()
     params = list(job.opt.params.values())
@@ -154,6 +163,10 @@ def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namesp
     ap.add_argument("--save-ref", default=None, help="reference checkpoint file written at the end")
     ap.add_argument("--load-ref", default=None, help="reference checkpoint file to resume from")
     ap.add_argument("--no-rng-state", action="store_true", help="resume without RNG state")
+    ap.add_argument("--nondeterministic", action="store_true",
+                    help="unordered embedding-gradient accumulation (a GPU's atomicAdd): reruns differ")
+    ap.add_argument("--hash-activations", default=None,
+                    help="rank 0 appends the forward pass's activation hashes per step (probe.py)")
     c = ap.add_argument_group("ckpt checkpoints (ckpt_io.py)")
     c.add_argument("--save", default=None, help="ckpt root to save into (and at the end)")
     c.add_argument("--save-interval", type=int, default=0, help="save every K iterations")
@@ -191,6 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     ps = build_parallel_state(train_cfg.tp, rank, world)
     job = build_job(model_cfg, train_cfg, ps)
     job.naive_fc1 = a.naive_fc1
+    job.model.embedding.word_embeddings.nondeterministic = a.nondeterministic
+    if a.hash_activations:
+        from .probe import ActivationHasher
+        job.hasher = ActivationHasher(job.model, ps, a.hash_activations)
     if a.load_ref:
         restore_objects(job, load_reference(a.load_ref, state_dict(job)), not a.no_rng_state)
     ck = checkpointer(a, ps)
@@ -230,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
                        checkpoint_metadata(model_cfg, ps))
     if log:
         log.close()
+    if job.hasher:
+        job.hasher.close()
     dist_env.shutdown()
 
 

@@ -27,6 +27,7 @@ from ._api import FallbackWarning
 from ._read import Fingerprint, fingerprint, inspect, read_tensor, verify
 from ._tensors import bf16_to_float32, float32_to_bf16
 from ._manager import CheckpointManager, apply_retention, latest, list_iterations
+from ._tiers import TieredCheckpointer
 try:  # the torch bridge needs torch; numpy-only use goes without it
     from .torch_bridge import (RngNotRestoredWarning, TensorParallel, TorchState, async_save_state,
                                from_megatron, load_state, mark_tensor_parallel, save_state)
@@ -34,7 +35,7 @@ except ModuleNotFoundError as _e:
     if _e.name != "torch":
         raise
 
-__all__ = ["ShardedTensor", "ShardedObject", "save", "load", "async_save", "reserve_async_save", "AsyncSaveHandle", "MpiComm",
+__all__ = ["TieredCheckpointer", "ShardedTensor", "ShardedObject", "save", "load", "async_save", "reserve_async_save", "AsyncSaveHandle", "MpiComm",
            "TorchComm", "inspect", "verify", "fingerprint", "Fingerprint", "read_tensor", "bf16_to_float32", "float32_to_bf16",
            "CkptError", "CkptTimeoutError", "NotFoundError", "CorruptionError", "AbortedError",
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",

@@ -17,6 +17,7 @@
 #include "py_hdf5.h"
 #include "py_progress.h"
 #include "py_state.h"
+#include "py_tiers.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/protocol/retention.h"
@@ -292,6 +293,7 @@ PYBIND11_MODULE(_ckpt, m) {
       .def_property_readonly("rank", [](const CommHandle& h) { return h.get() ? h.get()->rank() : -1; })
       .def_property_readonly("size", [](const CommHandle& h) { return h.get() ? h.get()->size() : -1; })
       .def_readonly("kind", &CommHandle::kind);
+  DefineTiers(m);
   m.def("local_comm", &LocalCommHandle);
   m.def("mpi_comm", &MpiCommHandle);
   m.def("dup_mpi_comm", [](const std::shared_ptr<CommHandle>& h) { return DupMpiCommHandle(*h); });

@@ -65,6 +65,9 @@ VOLATILE = {
     # M115: what the surviving rank had written when its peer crashed depends on scheduling.
     "M115": {"nc.partial_iter20_dirs", "nc.torn_data_dirs", "nc.inplace_torn_elements", "nc.inplace_torn_fraction",
              "nc.partial_files"},
+    # M124: the nondeterministic path sums the embedding gradient in a random order: whether a rerun's loss
+    # curve stays bitwise equal, and how far its state drifts, change from run to run (that is its point).
+    "M124": {"nd_rerun_exact", "nd_rerun_state_max_rel", "nd_rerun_loss_rel", "nd_lr_loss_rel"},
     # L8-X06: which of the waiting ranks waited longest depends on scheduling (the straggler itself does not).
     "L8-X06": {"longest_wait_rank"},
     # L8-X07: the iteration at which the signal lands (and so what was saved, resumed, or lost without the

@@ -7,14 +7,15 @@ Layer keys are global (stage offset + local index, MCore
 get_transformer_layer_offset); the tied output weight on the last stage is a
 non-main replica (1, 0, dp) of embedding.word_embeddings.weight: written once,
 refilled on load. The untied twin shows what tying saves.
-Negative control (over the real shard files): a loader that keys layers by
-local index and reassembles stages contiguously (global = p*L/pp + v*L/(pp*vpp)
-+ i, ignoring the interleave) - compared element by element with the PP1
-checkpoint the offline resharder produced."""
+Negative control, through ckpt's real save and load: the same job saved with
+`--naive-layer-offset` (testing::ContiguousLayerKeys: chunk v, local layer i of
+stage p keyed p*L/pp + v*L/(pp*vpp) + i, the contiguous offset of a converter
+that ignores the interleave; the data is still the right local layer's). It
+round-trips at the same PP2xVPP2 (the bug hides there) and a correct PP4 job
+loading it counts the wrong elements with its own element check."""
 import glob
 
 import h5py
-import numpy as np
 
 from scenlib import *  # noqa: F403
 
@@ -29,7 +30,11 @@ must("pp4", mpi("tp=1,pp=4", "load", "--root", R, "--json"))
 must("tp2", mpi("tp=2,pp=1", "load", "--root", R, "--json"))
 must("vpp", mpi("tp=1,pp=4,vpp=2", "load", "--root", R, "--json"))
 must("uneven", mpi("tp=1,pp=3", "load", "--root", R, "--model", ":first_stage_layers=1,last_stage_layers=3", "--json"))
-must("rs1", ck("reshard", R, path("pp1"), "--to", "tp=1,pp=1", "--json"))
+N = path("naive")
+must("nsave", mpi(L, "save", "--root", N, "--iter", 300, "--model", BASE + "tied_embeddings=true",
+                  "--naive-layer-offset", "--json"))
+must("nsame", mpi(L, "load", "--root", N, "--naive-layer-offset", "--json"))
+run_to("npp4", mpi("tp=1,pp=4", "load", "--root", N, "--json"))  # expected to fail its element check
 
 ins, uins = J("ins"), J("uins")
 keys = {t["key"] for t in ins["tensors"]}
@@ -39,31 +44,28 @@ Lc = Lyr // (pp * vpp)
 emb = "embedding.word_embeddings.weight"
 
 
-def datasets(p):
-    with h5py.File(p, "r") as f:
-        return {name: ds[()] for name, ds in f["tensors"].items()}
+def dataset_names(root):
+    out = []
+    for p in sorted(glob.glob(os.path.join(root, "iter_*", "rank_*.h5"))):
+        with h5py.File(p, "r") as f:
+            out.append(sorted(f["tensors"].keys()))
+    return out
 
 
-per_rank = [datasets(p) for p in sorted(glob.glob(path("tied", "iter_*", "rank_*.h5")))]
+layer_re = re.compile(r"decoder\.layers\.(\d+)\.")
+
+
+def layers_of(names):
+    return sorted({int(m.group(1)) for nm in names if (m := layer_re.match(nm))})
+
+
+per_rank = dataset_names(R)
 emb_holders = sum(any(nm.startswith(emb + "@") for nm in d) for d in per_rank)
-ref = datasets(glob.glob(path("pp1", "iter_*", "rank_*.h5"))[0])
-layer_re = re.compile(r"decoder\.layers\.(\d+)\.(.*)")
-moved_layers, bad_elems, total_elems, stage_layers = set(), 0, 0, []
-for p, d in enumerate(per_rank):
-    stage_layers.append(sorted({int(m.group(1)) for nm in d if (m := layer_re.match(nm))}))
-    for name, arr in d.items():
-        m = layer_re.match(name)
-        if not m:
-            continue
-        g = int(m.group(1))
-        c = g // Lc
-        v, i = c // pp, g % Lc
-        assert c % pp == p, (name, p)
-        g_naive = p * (Lyr // pp) + v * Lc + i
-        total_elems += arr.size
-        if g_naive != g:
-            moved_layers.add(g)
-        bad_elems += int(np.count_nonzero(ref[f"decoder.layers.{g_naive}.{m.group(2)}"] != arr))
+stage_layers = [layers_of(d) for d in per_rank]
+# Which layers the naive save filed under another layer's key: rank p's true layers (in local order) against
+# the keys the naive save of the same rank wrote, in the same order.
+naive_layers = [layers_of(d) for d in dataset_names(N)]
+moved_layers = {g for t, nv in zip(stage_layers, naive_layers) for g, h in zip(t, nv) if g != h}
 
 loads = {k: J(k) for k in ("pp4", "tp2", "vpp", "uneven")}
 save, usave = J("save"), J("usave")
@@ -80,8 +82,12 @@ n = {
 for k, ld in loads.items():
     n[f"{k}_elements"] = ld["elements_checked"]
     n[f"{k}_mismatches"] = ld["mismatches"]
+npp4 = J("npp4") if RC("npp4") in (0, 1) else {}
+bad_elems, total_elems = npp4.get("mismatches", 0), npp4.get("elements_checked", 0)
 nc = {"layers_misplaced": len(moved_layers), "elements_wrong": bad_elems, "elements_compared": total_elems,
-      "wrong_fraction": round(bad_elems / total_elems, 3)}
+      "wrong_fraction": round(bad_elems / total_elems, 3) if total_elems else 0.0,
+      "same_layout_mismatches": J("nsame")["mismatches"], "pp4_rc": RC("npp4"),
+      "first_wrong": npp4.get("first_mismatch", "")}
 checks = [
     ("PP4 / TP2xPP1 / PP4xVPP2 / uneven PP3 loads: 0 mismatches",
      all(ld["mismatches"] == 0 and ld["elements_checked"] > 0 for ld in loads.values())),
@@ -96,14 +102,16 @@ emit("PP/VPP reshard 与 tied embeddings",
      n, checks,
      "层按全局编号保存（stage offset + local index，VPP 第 v 个 chunk 在 stage p 上持有第 v*pp+p 段），所以 PP/VPP/不均匀首尾 stage 都能互换；"
      "tied 输出层在最后一个 stage 是 embedding 的非主副本 (1,0,dp)，只写一次、加载时回填",
-     "按本地层号保存、再按连续 stage 规则拼回（忽略 VPP 交错）",
-     nc, len(moved_layers) > 0 and bad_elems > 0,
+     "保存时按连续 stage 规则给层编号（忽略 VPP 交错，--naive-layer-offset），再由正确的 PP4 作业加载",
+     nc, len(moved_layers) > 0 and bad_elems > 0 and RC("npp4") != 0 and nc["same_layout_mismatches"] == 0,
      headline="stage0 持有层 {stage0_layers}、stage1 持有层 {stage1_layers}；PP4/TP2/PP4xVPP2/PP3(1,4,3) 重载 "
               "{pp4_mismatches}/{tp2_mismatches}/{vpp_mismatches}/{uneven_mismatches} mismatch；tied 少写 {tied_saved_bytes} B"
               "（= embedding {embedding_bytes} B，{embedding_files} 个 rank 写）",
      headline_en="stage 0 holds layers {stage0_layers}, stage 1 layers {stage1_layers}; PP4/TP2/PP4xVPP2/PP3(1,4,3) "
                  "reloads {pp4_mismatches}/{tp2_mismatches}/{vpp_mismatches}/{uneven_mismatches} mismatches; tying "
                  "writes {tied_saved_bytes} B less (= the embedding's {embedding_bytes} B, written by {embedding_files} rank)",
-     nc_headline="{nc.layers_misplaced}/{layers} 层放错，{nc.elements_wrong}/{nc.elements_compared} 元素错（{nc.wrong_fraction}）",
-     nc_headline_en="{nc.layers_misplaced}/{layers} layers misplaced, {nc.elements_wrong}/{nc.elements_compared} "
+     nc_headline="同布局往返 {nc.same_layout_mismatches} mismatch（错误被掩盖）；PP4 加载 rc={nc.pp4_rc}：{nc.layers_misplaced}/{layers} 层放错，"
+                 "{nc.elements_wrong}/{nc.elements_compared} 元素错（{nc.wrong_fraction}）",
+     nc_headline_en="same-layout round trip {nc.same_layout_mismatches} mismatches (the bug hides); PP4 load rc={nc.pp4_rc}: "
+                    "{nc.layers_misplaced}/{layers} layers misplaced, {nc.elements_wrong}/{nc.elements_compared} "
                     "elements wrong ({nc.wrong_fraction})")

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ckpt/mpi/comm_mpi.h"
 #include "reshard/parallel_state.h"
@@ -86,6 +87,8 @@ void TestAllGatherBarrierSplit(MpiComm& comm) {
   CheckOk(sub.status(), "split");
   if (!sub.ok()) return;
   Check((*sub)->size() == int(members->size()), "split size");
+  for (int r = 0; r < (*sub)->size(); ++r) Check((*sub)->host(r) == ThisHostName(), "split host of every rank");
+  for (int r = 0; r < n; ++r) Check(comm.host(r) == ThisHostName(), "host of every rank");
   auto sub_all = (*sub)->AllGather(std::to_string(me), kLong, "dp-allgather");
   CheckOk(sub_all.status(), "sub allgather");
   for (size_t i = 0; sub_all.ok() && i < members->size(); ++i)
@@ -100,10 +103,15 @@ void CheckTimeout(const Status& st, Clock::time_point start, Millis t, int missi
   std::printf("rank %d: %s after %lld ms\n", g_rank, st.ToString().c_str(),
               static_cast<long long>(elapsed.count()));
   Check(st.code() == Code::kTimeout, "expected Timeout, got " + st.ToString());
+  const std::string host = ThisHostName();
   std::string want = "rank " + std::to_string(g_rank) + ": " + what + " rank(s) " +
                      std::to_string(missing) + " within " + std::to_string(t.count()) +
-                     " ms in phase '" + phase + "'";
+                     " ms in phase '" + phase + "' (rank " + std::to_string(missing) + " on host '" + host + "')";
   Check(st.message() == want, "message '" + st.message() + "' != '" + want + "'");
+  // The lost peer is recorded typed too: rank, the host gathered at Create, phase.
+  Check(st.missing().ranks == std::vector<int>{missing}, "typed missing ranks");
+  Check(st.missing().hosts == std::vector<std::string>{host} && !host.empty(), "typed missing host");
+  Check(st.missing().phase == phase, "typed missing phase '" + st.missing().phase + "'");
   Check(elapsed >= t && elapsed <= t + Millis(1000),
         "timed out after " + std::to_string(elapsed.count()) + " ms, deadline " +
             std::to_string(t.count()) + " ms");

@@ -181,7 +181,35 @@ def causes(comm, rank, d):
     return out
 
 
-SCENARIOS = {"causes": causes, "tp": tp_save_load, "dead_kill": lambda c, r, d: dead_rank(c, r, d, "kill"),
+def tiers(comm, rank, d):
+    """TieredCheckpointer, TP2 x DP2 as 2 nodes x 2 ranks: local saves 2, 4, 6 (replicated),
+    global 4; node 1's local dir removed (a fresh node); resume restores local 6 bitwise, node 1's
+    ranks fetching their copies from node 0's replicas."""
+    import shutil
+    tp_rank, dp_rank = rank % 2, rank // 2
+    tc = ckpt.TieredCheckpointer(os.path.join(d, "global"), os.path.join(d, "node{node}"), local_every=2,
+                                 global_every=4, replicas=1, ranks_per_node=2, comm=comm, layout={"tp": 2, "dp": 2})
+    for it in (2, 4, 6):
+        sd, _, _ = state(2, tp_rank, dp_rank, True, it=it)
+        st = tc.save(sd, it)
+        assert st["local"]["network_bytes_sent"] > 0 and (st["global"] is not None) == (it == 4), st
+    if rank == 2:
+        shutil.rmtree(os.path.join(d, "node1"))
+        open(os.path.join(d, "node1.removed"), "w").close()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(d, "node1.removed")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sd, mine, _ = state(2, tp_rank, dp_rank, False, it=6)
+    want = state(2, tp_rank, dp_rank, True, it=6)[2]
+    loaded, choice = tc.resume(sd)
+    assert choice["tier"] == "local" and choice["iteration"] == 6 and choice["global_iteration"] == 4, choice
+    check(mine, want, "local tier")
+    assert loaded["rng"] == {"tp_rank": tp_rank, "it": 6}, loaded["rng"]
+    assert (choice["restore"]["fetched_bytes"] > 0) == (rank >= 2), choice
+    return {"why": choice["why"], "fetched": choice["restore"]["fetched_bytes"]}
+
+
+SCENARIOS = {"causes": causes, "tiers": tiers, "tp": tp_save_load, "dead_kill": lambda c, r, d: dead_rank(c, r, d, "kill"),
              "dead_hang": lambda c, r, d: dead_rank(c, r, d, "hang"),
              "dead_kill1": lambda c, r, d: dead_rank(c, r, d, "kill", victim=1),
              "dies_last": dies_before_last_decision, "async": async_loop, "errors": errors}

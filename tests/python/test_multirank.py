@@ -173,3 +173,13 @@ def test_survivors_agree_when_a_rank_dies_before_the_last_decision(workdir):
     assert res[2] is None, res[2]
     survivors = [res[r] for r in (0, 1, 3)]
     assert all(r and r["ok"] for r in survivors), survivors
+
+
+def test_tiered_checkpointer_restores_a_lost_node_from_peer_replicas(workdir):
+    """ckpt.TieredCheckpointer (issue 33) under mpirun: local saves replicated across 2
+    simulated nodes, node 1's local dir removed, resume from local 6 bitwise, node 1's ranks
+    fetching from node 0's replicas (mp_worker.tiers checks every value)."""
+    rc, out = run_mpi("tiers", workdir)
+    res = results(workdir, "tiers")
+    assert rc == 0 and all(r and r["ok"] for r in res), out[-3000:] + str(res)
+    assert [r["fetched"] > 0 for r in res] == [False, False, True, True]

@@ -47,6 +47,57 @@ Result<std::vector<reshard::GptShard>> NaiveFc1Shards(const reshard::GptConfig& 
   return out;
 }
 
+namespace {
+
+// "decoder.layers.<g>.<rest>" -> g, or -1 for any other key.
+int LayerOf(std::string_view key) {
+  constexpr std::string_view kPrefix = "decoder.layers.";
+  if (!key.starts_with(kPrefix)) return -1;
+  key.remove_prefix(kPrefix.size());
+  const size_t dot = key.find('.');
+  if (dot == 0 || dot == std::string_view::npos) return -1;
+  int g = 0;
+  for (char ch : key.substr(0, dot)) {
+    if (ch < '0' || ch > '9') return -1;
+    g = g * 10 + (ch - '0');
+  }
+  return g;
+}
+
+std::string Renumbered(const std::string& key, int from, int to) {
+  const std::string old = "decoder.layers." + std::to_string(from) + ".";
+  return "decoder.layers." + std::to_string(to) + "." + key.substr(old.size());
+}
+
+}  // namespace
+
+Result<std::vector<reshard::GptShard>> ContiguousLayerKeys(const reshard::GptConfig& cfg,
+                                                           const ParallelConfig& pc,
+                                                           const RankCoords& coords,
+                                                           std::vector<reshard::GptShard> shards) {
+  if (pc.vpp == 1) return shards;
+  if (cfg.stack_layers) return Status::InvalidArgument("ContiguousLayerKeys needs per-layer keys (stack_layers off)");
+  int before = 0;  // layers of the stages before this one
+  for (int p = 0; p < coords.pp; ++p) {
+    CKPT_ASSIGN_OR_RETURN(auto spans, reshard::StageLayerSpans(cfg, pc, p));
+    for (const auto& s : spans) before += s.count;
+  }
+  CKPT_ASSIGN_OR_RETURN(auto spans, reshard::StageLayerSpans(cfg, pc, coords.pp));
+  auto naive = [&](int g) {
+    for (int v = 0; v < int(spans.size()); ++v)
+      if (g >= spans[v].first && g < spans[v].first + spans[v].count)
+        return before + v * spans[v].count + (g - spans[v].first);
+    return g;
+  };
+  for (auto& s : shards) {
+    const int g = LayerOf(s.tensor.key);
+    if (g < 0) continue;
+    s.tensor.key = Renumbered(s.tensor.key, g, naive(g));
+    if (s.extra_state && LayerOf(s.extra_state->key) == g) s.extra_state->key = Renumbered(s.extra_state->key, g, naive(g));
+  }
+  return shards;
+}
+
 LinksHook ConvertNegativeControl(std::string_view name) {
   if (name == "naive-qkv")
     return [](std::vector<convert::TensorLink>* links) {

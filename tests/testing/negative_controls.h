@@ -28,6 +28,19 @@ Result<std::vector<reshard::GptShard>> NaiveFc1Shards(const reshard::GptConfig& 
                                                       const ParallelConfig& pc,
                                                       const RankCoords& coords);
 
+// `shards` (one rank's descriptors) with every per-layer key renumbered as a
+// converter that ignores the VPP interleave would: the rank's chunk v, local
+// layer i keyed decoder.layers.<before(p) + v*chunk + i>, where before(p) is the
+// layer count of the stages before p - a contiguous layout instead of MCore's
+// get_transformer_layer_offset (chunk v of stage p holds round v's p-th span).
+// The data still comes from the right local parameter, so the checkpoint
+// round-trips at the same layout and holds wrong layers anywhere else.
+// Identity when vpp == 1; InvalidArgument for stacked layer keys.
+Result<std::vector<reshard::GptShard>> ContiguousLayerKeys(const reshard::GptConfig& cfg,
+                                                           const ParallelConfig& pc,
+                                                           const RankCoords& coords,
+                                                           std::vector<reshard::GptShard> shards);
+
 // Wrong HF -> MCore mappings for `ckpt convert --to ckpt` (through
 // HfImportOptions::links_hook), to show that the equal-logits oracle fails
 // for them: "naive-qkv" concatenates [q; k; v] instead of interleaving per

@@ -363,5 +363,40 @@ TEST(GptLayoutTest, BadLayoutsAreClearErrors) {
           .ok());
 }
 
+// The M114 negative control: keys renumbered by the contiguous offset that
+// ignores the VPP interleave; params (the data) untouched.
+TEST(GptLayoutTest, ContiguousLayerKeysIgnoreTheInterleave) {
+  const GptConfig cfg = *GptPreset("tiny");  // 8 layers
+  const ParallelConfig pc = *ParallelConfig::Parse("pp=2,vpp=2");
+  auto layers = [](const std::vector<GptShard>& shards) {
+    std::vector<std::pair<std::string, std::string>> out;  // (key, param) of layer tensors
+    for (const GptShard& g : shards)
+      if (g.tensor.key.starts_with("decoder.layers.")) out.push_back({g.tensor.key, g.param});
+    return out;
+  };
+  for (int p = 0; p < 2; ++p) {
+    const RankCoords c = *CoordsOf(pc, p);
+    const auto truth = *GptShards(cfg, pc, c);
+    const auto naive = *testing::ContiguousLayerKeys(cfg, pc, c, truth);
+    const auto t = layers(truth), n = layers(naive);
+    ASSERT_EQ(t.size(), n.size());
+    std::set<std::string> moved;
+    for (size_t i = 0; i < t.size(); ++i) {
+      EXPECT_EQ(t[i].second, n[i].second);  // same local parameter
+      if (t[i].first != n[i].first) moved.insert(t[i].first.substr(0, t[i].first.find('.', 15)));
+    }
+    // Stage 0 holds layers 0,1 (chunk 0) and 4,5 (chunk 1): 4,5 are keyed 2,3.
+    // Stage 1 holds 2,3 and 6,7: 2,3 are keyed 4,5.
+    EXPECT_EQ(moved, p == 0 ? (std::set<std::string>{"decoder.layers.4", "decoder.layers.5"})
+                            : (std::set<std::string>{"decoder.layers.2", "decoder.layers.3"}));
+  }
+  const ParallelConfig no_vpp = *ParallelConfig::Parse("pp=2");
+  const auto truth = *GptShards(cfg, no_vpp, *CoordsOf(no_vpp, 1));
+  EXPECT_EQ(layers(*testing::ContiguousLayerKeys(cfg, no_vpp, *CoordsOf(no_vpp, 1), truth)), layers(truth));
+  GptConfig stacked = cfg;
+  stacked.stack_layers = true;
+  EXPECT_FALSE(testing::ContiguousLayerKeys(stacked, pc, *CoordsOf(pc, 0), *GptShards(stacked, pc, *CoordsOf(pc, 0))).ok());
+}
+
 }  // namespace
 }  // namespace ckpt::reshard

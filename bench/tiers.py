@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Local tier figures (issue 33 item 5), one run on one state: `bench/tiers.py [--ckpt BIN]`.
+
+A 2-node x 2-rank job (nodes simulated by rank groups, --ranks-per-node 2) trains to iteration 8
+with local saves every 2 (node dirs in tmpfs, /dev/shm: node-local RAM/NVMe stand-in) and
+global saves every 4 (drained from the local copy); it is SIGKILLed after iteration 8's saves,
+so iteration 8 is in both tiers. Node 1's local dir is then removed (a fresh node) and the job
+restarted twice on the same state: (a) tiered: local tier + the peers' replicas; (b) the local
+tier removed entirely, so the same code restores from the global tier (the global root on the
+VM's disk, read with O_DIRECT, CKPT_DIRECT_IO=1, so the page cache does not stand in for remote
+storage). Prints JSON: restart seconds (job's slowest rank, in-process: choice + fetch + load +
+checks), their ratio, per-local-save blocking vs one memcpy of the same bytes, network and
+memory bytes per save, and steps lost per failure (tiered vs global-only, same global interval).
+On one machine both tiers share the CPU and the "network" is shared memory: the ratio measures
+the work saved (no shared-storage read of the whole state, no page cache), not a real fabric.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--ckpt", default=os.path.join(os.path.dirname(__file__), "../build/cli/ckpt"))
+ap.add_argument("--model", default="tiny")
+ap.add_argument("--campaign", action="store_true",
+                help="also: a real crash (faults 'action=crash') of rank 2 at each step of the local save of "
+                     "iteration 4, node 1's dir then removed; resumed to iteration 8, fingerprint vs uninterrupted")
+args = ap.parse_args()
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+work = tempfile.mkdtemp(prefix="tiers_bench_", dir="/tmp")
+shm = tempfile.mkdtemp(prefix="tiers_bench_", dir="/dev/shm")
+K, M, N = 2, 4, 8
+job = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", args.ckpt, "train", "--model", args.model,
+       "--layout", "tp=2,dp=2", "--steps", str(N), "--save-every", str(M), "--root", f"{work}/global",
+       "--local-dir", f"{shm}/node{{node}}", "--local-every", str(K), "--ranks-per-node", "2", "--json"]
+
+
+def last_json(out):
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+def fingerprint(root):
+    r = subprocess.run([args.ckpt, "fingerprint", root, "--json"], capture_output=True, text=True, timeout=300)
+    return json.loads(r.stdout)["digest"]
+
+
+def campaign():
+    """Data lost per single-node kill at each step of a local save (rank 2 = node 1 crashes there,
+    then node 1's local dir is removed): the restart must resume from the newest iteration marked
+    on a surviving node and end bitwise equal to the uninterrupted run."""
+    ref = f"{work}/ref"
+    subprocess.run([a if a != f"{work}/global" else ref for a in job if a not in ("--json",)], env=ENV,
+                   capture_output=True, timeout=600, check=True)
+    want, rows = fingerprint(ref), []
+    for step in ("shard_write", "dir_rename", "local_replicate", "local_receive", "local_vote", "local_marker",
+                 "local_gc"):
+        shutil.rmtree(shm, ignore_errors=True)
+        os.makedirs(shm)
+        root = f"{work}/c_{step}"
+        run = [a if a != f"{work}/global" else root for a in job] + ["--timeout-ms", "5000"]
+        subprocess.run(run + ["--faults", f"point=step.{step} rank=2 nth=2 action=crash"], env=ENV,
+                       capture_output=True, timeout=600)
+        shutil.rmtree(f"{shm}/node1", ignore_errors=True)
+        marker = f"{shm}/node0/LOCAL_COMPLETE"
+        marked = json.load(open(marker))["iteration"] if os.path.exists(marker) else -1
+        r = subprocess.run(run + ["--resume"], env=ENV, capture_output=True, text=True, timeout=600)
+        res = last_json(r.stdout)["resumed"] if r.returncode == 0 else {"error": r.stderr[-500:]}
+        rows.append({"step": step, "surviving_marker": marked, "resumed": res.get("tier"),
+                     "iteration": res.get("iteration"), "data_lost": res.get("iteration") != marked,
+                     "bitwise": r.returncode == 0 and fingerprint(root) == want})
+    return {"runs": rows, "data_lost_runs": sum(x["data_lost"] or not x["bitwise"] for x in rows)}
+
+
+try:
+    r = subprocess.run(job + ["--kill-at", str(N)], capture_output=True, text=True, env=ENV, timeout=600)
+    assert f"killing the job after iteration {N}" in r.stdout, r.stdout + r.stderr
+    shutil.rmtree(f"{shm}/node1")
+    tiered = subprocess.run(job + ["--resume"], capture_output=True, text=True, env=ENV, timeout=600)
+    t = last_json(tiered.stdout)
+    saves = [s for s in t["saves"]]  # none: the resumed job is at --steps already
+    shutil.rmtree(shm)
+    os.makedirs(shm)
+    g_env = dict(ENV, CKPT_DIRECT_IO="1")
+    glob = subprocess.run(job + ["--resume"], capture_output=True, text=True, env=g_env, timeout=600)
+    g = last_json(glob.stdout)
+    # blocking per local save vs one memcpy: a short run with the saves' rows
+    shutil.rmtree(shm)
+    os.makedirs(shm)
+    run = subprocess.run([a if a != f"{work}/global" else f"{work}/g2" for a in job] + ["--async-save"],
+                         capture_output=True, text=True, env=ENV, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    s = last_json(run.stdout)
+    local_rows = [x for x in s["saves"] if x.get("tier") == "local"]
+    memcpy = s["memcpy_baseline"]["warm_seconds"]
+    block = sorted(x["blocking_seconds_max_over_ranks"] for x in local_rows)[len(local_rows) // 2]
+    out = {
+        "state_bytes_per_rank": local_rows[0]["state_bytes"],
+        "restart_local_peers_seconds": t["resumed"]["seconds"], "restart_local_tier": t["resumed"]["tier"],
+        "restart_fetched_bytes": t["resumed"]["fetched_bytes_all_ranks"],
+        "restart_global_seconds": g["resumed"]["seconds"], "restart_global_tier": g["resumed"]["tier"],
+        "restart_ratio_global_over_local": g["resumed"]["seconds"] / t["resumed"]["seconds"],
+        "local_save_blocking_seconds_median": block,
+        "local_save_write_seconds_median": sorted(x["write_seconds"] for x in local_rows)[len(local_rows) // 2],
+        "memcpy_same_bytes_seconds": memcpy,
+        "blocking_over_memcpy": block / memcpy,
+        "network_bytes_per_save_per_rank": local_rows[0]["network_bytes_sent"],
+        "buffer_bytes_per_save_per_rank": local_rows[0]["buffer_bytes"],
+        "global_drains": [x for x in s["saves"] if x.get("tier") == "global"],
+        "steps_lost_per_failure_mean": {"tiered": K / 2, "global_only": M / 2,
+                                        "note": "uniform failure time; local every K, global every M"},
+    }
+    if args.campaign:
+        out["campaign"] = campaign()
+    print(json.dumps(out, indent=1))
+finally:
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(shm, ignore_errors=True)

@@ -1,0 +1,165 @@
+// TrainSaver's Save/Finish, and with the local tier (train_saver.h, ckpt/protocol/local_tier.h):
+// local saves every --local-every iterations, global saves drained from the
+// local copy, and --kill-at (a whole-job SIGKILL after an iteration's saves).
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "cli/train_saver.h"
+
+namespace ckpt::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+// The loop's checkpointer entry points (here: they choose between the tiers).
+Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
+  if (local_) return SaveLocal(w);
+  SaveOptions o = base_;
+  o.iteration = w.iteration();
+  return Save(w.SaveDict(parts_), std::move(o), w.iteration());
+}
+
+Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
+  if (local_) return JoinDrain(iteration_now);
+  if (!saver_ || !saver_->in_flight()) return std::string();
+  Result<SaveStats> joined = saver_->Wait();
+  if (async_progress_) async_progress_->Finish();  // its final progress line
+  async_progress_.reset();
+  CKPT_ASSIGN_OR_RETURN(SaveStats st, std::move(joined));
+  return Joined(st, iteration_now);
+}
+
+Status TrainSaver::PrepareLocal() {
+  LocalTierOptions o;
+  o.dir = flags_.local_dir;
+  o.ranks_per_node = flags_.ranks_per_node > 0 ? flags_.ranks_per_node : job_->local_size();
+  o.replicas = flags_.replicas;
+  o.env = fenv_ ? static_cast<Env*>(fenv_.get()) : DefaultEnv();
+  o.hook = fenv_ ? fenv_->Hook() : StepHook();
+  o.comm = job_;
+  o.timeout = base_.timeout;
+  o.write = base_.write;
+  o.layout = base_.layout;
+  if (flags_.local_every < 0) return Status::InvalidArgument("--local-every must be >= 0");
+  CKPT_RETURN_IF_ERROR(o.Validate(job_->size()));
+  local_ = std::move(o);
+  return Status::Ok();
+}
+
+Status TrainSaver::KillIfAsked(int64_t it) {
+  if (flags_.kill_at != it && flags_.stall_at != it) return Status::Ok();
+  CKPT_RETURN_IF_ERROR(JoinDrain(it).status());  // the global save of this iteration (if any) too
+  CKPT_RETURN_IF_ERROR(job_->Barrier(base_.timeout, "kill"));  // every rank is past this iteration's saves
+  if (flags_.kill_at == it) {
+    if (job_->rank() == 0)
+      std::fprintf(stdout, "train: killing the job after iteration %lld (SIGKILL)\n", static_cast<long long>(it));
+    std::fflush(stdout);
+    std::raise(SIGKILL);
+  }
+  // --stall-at: wait here (bounded) for the test to kill a node.
+  if (job_->rank() == 0)
+    std::fprintf(stdout, "train: stalled after iteration %lld\n", static_cast<long long>(it)), std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::seconds(300));
+  return Status::Timeout("--stall-at " + std::to_string(it) + ": nobody killed the job within 300 s");
+}
+
+Result<std::string> TrainSaver::SaveLocal(workload::TrainWorkload& w) {
+  const int64_t it = w.iteration();
+  const bool global = !global_due_ || global_due_(it);
+  std::string log;
+  if ((flags_.local_every > 0 && it % flags_.local_every == 0) || global) {  // a drain reads this copy
+    local_->pinned = drain_.valid() ? rows_[size_t(drain_row_)]["iteration"].get<int64_t>() : -1;
+    CKPT_ASSIGN_OR_RETURN(LocalSaveStats st, LocalSave(w.SaveDict(parts_), it, *local_));
+    rows_.push_back({{"tier", "local"}, {"iteration", it}, {"blocking_seconds", st.seconds},
+                     {"write_seconds", st.write_seconds}, {"replicate_seconds", st.replicate_seconds},
+                     {"commit_seconds", st.commit_seconds}, {"own_bytes", st.own_bytes},
+                     {"network_bytes_sent", st.sent_bytes}, {"network_bytes_received", st.received_bytes},
+                     {"buffer_bytes", st.buffer_bytes}, {"state_bytes", w.SaveDict(parts_).TotalBytes()}});
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "train: local save of iteration %lld committed on %d replica(s): blocked %.3f ms (write %.3f ms), "
+                  "sent %lld bytes\n",
+                  static_cast<long long>(it), local_->replicas, 1e3 * st.seconds, 1e3 * st.write_seconds,
+                  static_cast<long long>(st.sent_bytes));
+    log += line;
+  }
+  if (global) {
+    CKPT_ASSIGN_OR_RETURN(std::string d, DrainGlobal(w));
+    log += d;
+  }
+  CKPT_RETURN_IF_ERROR(KillIfAsked(it));
+  return log;
+}
+
+Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
+  CKPT_ASSIGN_OR_RETURN(std::string log, JoinDrain(w.iteration()));
+  const int64_t it = w.iteration();
+  // The drain's own buffers, shaped like the training state (allocated once).
+  ShardedStateDict live = w.SaveDict(parts_);
+  if (drain_buf_.size() != size_t(live.TotalBytes())) drain_buf_.assign(size_t(live.TotalBytes()), std::byte{0});
+  drain_sd_ = ShardedStateDict();
+  size_t off = 0;
+  for (const auto& t : live.tensors()) {
+    drain_sd_.AddTensor(t.meta, std::span<std::byte>(drain_buf_.data() + off, t.data.size()));
+    off += t.data.size();
+  }
+  for (const auto& o : live.objects()) drain_sd_.AddObject(o.meta);
+  SaveOptions o = base_;
+  o.iteration = it;
+  if (fenv_) o.env = fenv_.get(), o.hook = fenv_->Hook();
+  o.comm = saver_ ? static_cast<Comm*>(save_comm_.get()) : job_;
+  const std::string rank_root = JoinPath(local_->NodeDir(local_->node_of(job_->rank())),
+                                         "rank_" + std::to_string(job_->rank()));
+  auto drain = [this, o, rank_root, it]() -> Result<SaveStats> {
+    ShardedStateDict view = LocalView(drain_sd_);
+    LoadOptions lo;
+    lo.root = rank_root;
+    lo.iteration = it;
+    lo.env = local_->env;
+    lo.strict = StrictMode::kAll;
+    Status read = LoadCheckpoint(view, lo).status();
+    for (size_t i = 0; read.ok() && i < view.objects().size(); ++i) drain_sd_.objects()[i].bytes = view.objects()[i].bytes;
+    // A failed read still joins the save's collectives: its "plan" step fails
+    // the save on every rank, naming this one.
+    SaveOptions so = o;
+    if (!read.ok())
+      so.hook = [read, hook = o.hook](std::string_view step, int r) {
+        return step == "plan" ? read : hook ? hook(step, r) : Status::Ok();
+      };
+    Result<SaveStats> st = SaveCheckpoint(drain_sd_, so);
+    if (!read.ok()) return read.WithContext("global drain of iteration " + std::to_string(it) + " from the local tier");
+    return st;
+  };
+  rows_.push_back({{"tier", "global"}, {"iteration", it}, {"drained_from", "local"},
+                   {"mode", saver_ ? "background" : "sync"}});
+  drain_row_ = int64_t(rows_.size()) - 1;
+  if (saver_) {
+    drain_ = std::async(std::launch::async, drain);
+    return log + "train: global save of iteration " + std::to_string(it) + " draining from the local tier\n";
+  }
+  drain_ = std::async(std::launch::deferred, drain);
+  CKPT_ASSIGN_OR_RETURN(std::string joined, JoinDrain(it));
+  return log + joined;
+}
+
+Result<std::string> TrainSaver::JoinDrain(int64_t iteration_now) {
+  if (!drain_.valid()) return std::string();
+  const auto t0 = Clock::now();
+  Result<SaveStats> st = drain_.get();
+  json& row = rows_[size_t(drain_row_)];
+  row["wait_seconds"] = Since(t0);
+  CKPT_RETURN_IF_ERROR(st.status());
+  row["save_seconds"] = st->seconds;
+  row["rank0_bytes"] = st->bytes_written;
+  row["steps_until_join"] = iteration_now - row["iteration"].get<int64_t>();
+  return "train: global save of iteration " + row["iteration"].dump() + " committed under " + base_.root + "\n" +
+         Retain(*st);
+}
+
+}  // namespace ckpt::cli

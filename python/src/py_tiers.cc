@@ -1,0 +1,108 @@
+// The local tier for Python: thin calls into ckpt/protocol/local_tier.h over
+// a Comm handle (MPI, torch.distributed callbacks, local); the GIL is released
+// while they run (a callback comm takes it back for its own calls).
+#include "py_tiers.h"
+
+#include <pybind11/stl.h>
+
+#include <nlohmann/json.hpp>
+
+#include "py_comm.h"
+#include "py_state.h"
+#include "ckpt/base/timeout.h"
+#include "ckpt/protocol/local_tier.h"
+
+namespace ckpt::py {
+namespace {
+
+namespace pyb = pybind11;
+
+LocalTierOptions TierOpts(const std::string& dir, int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm,
+                          double timeout_s, const std::string& layout) {
+  LocalTierOptions o;
+  o.dir = dir;
+  o.ranks_per_node = ranks_per_node;
+  o.replicas = replicas;
+  o.comm = comm ? comm->get() : nullptr;
+  const int rank = o.comm ? o.comm->rank() : 0;
+  o.timeout = Value(CheckTimeoutSeconds(timeout_s, "timeout"), rank, "local tier");
+  o.layout = nlohmann::json::parse(layout);
+  return o;
+}
+
+int RankOf(const LocalTierOptions& o) { return o.comm ? o.comm->rank() : 0; }
+
+pyb::dict LocalSaveOf(const pyb::list& tensors, const pyb::list& objects, int64_t iteration, const std::string& dir,
+                      int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm, double timeout_s,
+                      const std::string& layout) {
+  LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
+  ShardedStateDict sd = StateOf(tensors, objects, RankOf(o), "local save");
+  Result<LocalSaveStats> r = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    r = LocalSave(sd, iteration, o);
+  }
+  LocalSaveStats st = Value(std::move(r), RankOf(o), "local save");
+  pyb::dict d;
+  d["iteration"] = st.iteration;
+  d["own_bytes"] = st.own_bytes;
+  d["network_bytes_sent"] = st.sent_bytes;
+  d["network_bytes_received"] = st.received_bytes;
+  d["buffer_bytes"] = st.buffer_bytes;
+  d["write_seconds"] = st.write_seconds;
+  d["replicate_seconds"] = st.replicate_seconds;
+  d["commit_seconds"] = st.commit_seconds;
+  d["seconds"] = st.seconds;
+  return d;
+}
+
+pyb::dict ChooseTierOf(const std::string& dir, int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm,
+                       double timeout_s, const std::string& layout, const std::string& global_root) {
+  LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
+  Result<TierChoice> r = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    r = ChooseResumeTier(o, global_root);
+  }
+  TierChoice c = Value(std::move(r), RankOf(o), "choose tier");
+  pyb::dict d;
+  d["tier"] = c.tier;
+  d["iteration"] = c.iteration;
+  d["why"] = c.why;
+  d["local_iteration"] = c.local_iteration;
+  d["global_iteration"] = c.global_iteration;
+  return d;
+}
+
+pyb::tuple LocalRestoreOf(const pyb::list& tensors, const pyb::list& objects, int64_t iteration, const std::string& dir,
+                          int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm, double timeout_s,
+                          const std::string& layout) {
+  LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
+  ShardedStateDict sd = StateOf(tensors, objects, RankOf(o), "local restore");
+  Result<LocalRestoreStats> r = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    r = LocalRestore(sd, iteration, o);
+  }
+  LocalRestoreStats st = Value(std::move(r), RankOf(o), "local restore");
+  pyb::dict d;
+  d["iteration"] = st.iteration;
+  d["fetched_bytes"] = st.fetched_bytes;
+  d["sent_bytes"] = st.sent_bytes;
+  d["from_rank"] = st.from_rank;
+  d["seconds"] = st.seconds;
+  pyb::list objs;
+  for (const auto& e : sd.objects())
+    objs.append(pyb::bytes(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size()));
+  return pyb::make_tuple(d, objs);
+}
+
+}  // namespace
+
+void DefineTiers(pyb::module_& m) {
+  m.def("local_save", &LocalSaveOf);
+  m.def("choose_tier", &ChooseTierOf);
+  m.def("local_restore", &LocalRestoreOf);
+}
+
+}  // namespace ckpt::py
