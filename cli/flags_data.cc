@@ -170,7 +170,7 @@ void RegisterDiff(CLI::App& app, Status* outcome) {
   cmd->add_option("b", f->b, "second checkpoint root")->required();
   cmd->add_option("--iter-a", f->opts_a.iteration, "iteration of a (default: its tracker's)");
   cmd->add_option("--iter-b", f->opts_b.iteration, "iteration of b (default: its tracker's)");
-  cmd->add_flag("--json", f->json, "machine-readable output");
+  AddJsonFlags(cmd, &f->json, &f->no_progress, "machine-readable output");
   cmd->callback([=]() { *outcome = RunDiff(*f); });
 }
 

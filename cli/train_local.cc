@@ -28,7 +28,10 @@ Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
 Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
   if (local_) return JoinDrain(iteration_now);
   if (!saver_ || !saver_->in_flight()) return std::string();
-  CKPT_ASSIGN_OR_RETURN(SaveStats st, saver_->Wait());
+  Result<SaveStats> joined = saver_->Wait();
+  if (async_progress_) async_progress_->Finish();  // its final progress line
+  async_progress_.reset();
+  CKPT_ASSIGN_OR_RETURN(SaveStats st, std::move(joined));
   return Joined(st, iteration_now);
 }
 

@@ -30,8 +30,8 @@ from ._tensors import bf16_to_float32, float32_to_bf16
 from ._manager import CheckpointManager, apply_retention, latest, list_iterations
 from ._tiers import TieredCheckpointer
 try:  # the torch bridge needs torch; numpy-only use goes without it
-    from .torch_bridge import (TensorParallel, TorchState, async_save_state, from_megatron, load_state,
-                               mark_tensor_parallel, save_state)
+    from .torch_bridge import (RngNotRestoredWarning, TensorParallel, TorchState, async_save_state,
+                               from_megatron, load_state, mark_tensor_parallel, save_state)
 except ModuleNotFoundError as _e:
     if _e.name != "torch":
         raise
@@ -48,4 +48,4 @@ _atexit.register(_shutdown)  # joins async saves, frees ckpt's MPI communicators
 
 # issue 29: the torch bridge and resume helpers
 __all__ += ["TorchState", "TensorParallel", "mark_tensor_parallel", "save_state", "async_save_state", "load_state",
-            "from_megatron", "CheckpointManager", "list_iterations", "latest", "apply_retention"]
+            "from_megatron", "RngNotRestoredWarning", "CheckpointManager", "list_iterations", "latest", "apply_retention"]
