@@ -113,7 +113,14 @@ Status RunFingerprint(const FingerprintFlags& f) {
 }
 
 Status RunDiff(const DiffFlags& f) {
-  auto r = DiffCheckpoints(f.a, f.b, f.opts_a, f.opts_b);
+  // Counts both sides' reads; the total is both iterations' files.
+  CliProgress progress("diff", f.json, f.no_progress, 0, f.opts_a.env ? f.opts_a.env : DefaultEnv(),
+                       /*count_writes=*/false, ".h5");
+  progress.SetTotalsFromManifests({{f.a, f.opts_a.iteration}, {f.b, f.opts_b.iteration}});
+  FingerprintOptions a = f.opts_a, b = f.opts_b;
+  a.env = b.env = progress.env();
+  auto r = DiffCheckpoints(f.a, f.b, a, b);
+  progress.Finish();
   if (!r.ok()) {
     std::fprintf(stderr, "ckpt diff: %s\n", r.status().ToString().c_str());
     return r.status();

@@ -8,6 +8,7 @@
 
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
+#include "faults/fault_env.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/job_flags.h"
@@ -176,6 +177,13 @@ Status RunLoad(const JobFlags& f) {
   progress.SetTotals(sd->TotalBytes(), 0);
   LoadOptions lo = l.o;
   lo.env = progress.env();
+  std::unique_ptr<faults::FaultEnv> fenv;  // --faults: the plan's env points, under the progress count
+  if (!f.faults.empty()) {
+    auto plan = faults::ParseFaultPlan(f.faults);
+    if (!plan.ok()) return Fail("load", j.rank(), plan.status());
+    fenv = std::make_unique<faults::FaultEnv>(lo.env, faults::FaultEnv::Options{j.rank(), *plan, f.root, -1, {}, {}, false});
+    lo.env = fenv.get();
+  }
   auto r = LoadCheckpoint(*sd, lo);
   progress.Finish();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -29,10 +29,13 @@ Status RunReshard(const ReshardFlags& f) {
   if (f.rules.given() || f.req.to.empty()) return RunRuleReshard(f);  // any checkpoint, by rules
   workload::GptReshardRequest req = f.req;
   req.chunk_bytes = f.chunk_kb * 1024;
-  // Counts the source's reads (the total is its files); the writes follow them.
+  // Counts the source's shard reads (the total is its files); the writes
+  // follow them. Only the source's shard files: the destination's read-back
+  // and the manifest each target rank re-reads are not progress (bytes once).
   CliProgress progress("reshard", f.json, f.no_progress, 0, req.env ? req.env : DefaultEnv(),
                        /*count_writes=*/false, ".h5");
   progress.SetTotalsFromManifest(req.src, req.iteration);
+  progress.CountOnlyUnder(req.src);
   req.env = progress.env();
   auto r = workload::ReshardGptCheckpoint(req);
   progress.Finish();

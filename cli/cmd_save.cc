@@ -2,9 +2,12 @@
 // Megatron-Core sharded state (optionally with distributed-optimizer state).
 // The job is library code (ckpt/workload/gpt_job.h); this file parses the
 // options, calls SaveCheckpoint and prints.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
+#include "ckpt/mpi/arrival_lags.h"
+#include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
 #include "faults/fault_env.h"
@@ -39,6 +42,34 @@ SaveOptions Options(const JobFlags& f, const GptJob& j, Compression comp, ChunkH
   return o;
 }
 
+// A committed save whose outcome or report missed a peer by the deadline (a
+// node lost after the votes): the save stands, but MPI_Finalize would wait for
+// the lost peer forever (a partitioned node), so main ends the job as after a
+// failed save (NoteDeadlineFailed). Whether this rank timed out itself or
+// root relayed it, the code is kTimeout.
+void EndJobIfPeerLost(const Status& warning) {
+  if (warning.code() == Code::kTimeout) NoteDeadlineFailed();
+}
+
+// Rank 0, the root of the save's gathers: the rank whose messages reached it
+// latest for a reason other than its own write (its lag less how much longer
+// than the fastest writer it wrote: a slow writer sends its vote late too),
+// with host and phase (arrival_lags.h); null below kSlowLinkS (polling jitter).
+json SlowLink(const GptJob& j, const json& per_rank) {
+  constexpr double kSlowLinkS = 0.25;
+  double fastest = 1e300, most = kSlowLinkS;
+  for (const json& r : per_rank) fastest = std::min(fastest, r["write_s"].get<double>());
+  json worst = nullptr;
+  for (const auto& [phase, lags] : MpiArrivalLags().by_phase)
+    for (size_t r = 0; r < lags.size() && r < per_rank.size(); ++r) {
+      const double own = phase == "vote" ? per_rank[r]["write_s"].get<double>() - fastest : 0.0;
+      if (lags[r] - own < most) continue;
+      most = lags[r] - own;
+      worst = {{"rank", r}, {"host", j.comm->host(int(r))}, {"phase", phase}, {"lag_seconds", most}};
+    }
+  return worst;
+}
+
 // The job-wide figures (collective) as JSON, and the text line.
 Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& r, double secs) {
   const DirectIoStats& d = r.direct_io;
@@ -46,6 +77,7 @@ Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStat
                               {"direct", int64_t(d.active)}, {"direct_bytes", int64_t(d.direct_bytes)},
                               {"buffered_bytes", int64_t(d.buffered_bytes)}, {"fallback", d.fallback}});
   if (!all.ok()) {  // committed all the same: a missing report is a warning, never a failed save
+    EndJobIfPeerLost(all.status());
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but the report gather failed: %s\n",
                  j.rank(), static_cast<long long>(o.iteration), all.status().ToString().c_str());
     return Status::Ok();
@@ -60,6 +92,7 @@ Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStat
               {"max_rank_bytes", *mx}, {"min_rank_bytes", *mn}, {"phase_seconds", r.phase_seconds},
               {"optimizer", f.optimizer}, {"per_rank", (*ranks)["per_rank"]}, {"straggler", (*ranks)["straggler"]}};
   if (!r.warning.ok()) out["warning"] = r.warning.ToString();
+  out["slow_link"] = j.rank() == 0 ? SlowLink(j, (*ranks)["per_rank"]) : json(nullptr);
   if (o.write.direct_io)  // every rank's file: which went direct, and how many bytes each way
     out["direct_io"] = {{"mode", "on"}, {"ranks_direct", *workload::SumOf(*all, "direct")},
                         {"direct_bytes", *workload::SumOf(*all, "direct_bytes")},
@@ -78,6 +111,10 @@ Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStat
     Print0(j, "save  slowest writer: rank %d, write %.3f s (median %.3f s, %.1fx); longest wait: rank %d, %.3f s\n",
            s["rank"].get<int>(), s["seconds"].get<double>(), s["median_seconds"].get<double>(),
            s["ratio"].get<double>(), s["longest_wait_rank"].get<int>(), s["longest_wait_seconds"].get<double>());
+  if (const json& l = out["slow_link"]; !f.json && !l.is_null())
+    Print0(j, "save  slow link: rank %d on host '%s', phase '%s': its messages reached rank 0 %.3f s after the first\n",
+           l["rank"].get<int>(), l["host"].get<std::string>().c_str(), l["phase"].get<std::string>().c_str(),
+           l["lag_seconds"].get<double>());
   return Status::Ok();
 }
 
@@ -119,6 +156,7 @@ Status RunSave(const JobFlags& f) {
   auto sd = j.StateDict();
   if (!sd.ok()) return Fail("save", j.rank(), sd.status());
   CKPT_RETURN_IF_ERROR(j.comm->Barrier(o.timeout, "start"));
+  ResetMpiArrivalLags();  // this save's gathers only
   const auto t0 = Clock::now();
   std::unique_ptr<faults::FaultEnv> fenv;  // --faults: the fault plan's Env and step hook
   SaveOptions fo = o;
@@ -142,9 +180,11 @@ Status RunSave(const JobFlags& f) {
   progress.Finish();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!r.ok()) return Fail("save", j.rank(), r.status());
-  if (!r->warning.ok())  // committed all the same (checkpoint.h): a warning, exit 0
+  if (!r->warning.ok()) {  // committed all the same (checkpoint.h): a warning, exit 0
+    EndJobIfPeerLost(r->warning);
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but %s\n", j.rank(),
                  static_cast<long long>(o.iteration), r->warning.message().c_str());
+  }
   return Report(f, j, o, *r, secs);
 }
 

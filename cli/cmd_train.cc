@@ -87,6 +87,7 @@ Result<Job> StartJob(TrainFlags& f) {
   f.cfg.inject_nan_step = f.inject_nan;
   CKPT_ASSIGN_OR_RETURN(j.work, workload::TrainWorkload::Create(f.cfg, model, j.layout, coords));
   CKPT_ASSIGN_OR_RETURN(j.coll, workload::MpiCollectives::Create(*j.comm, j.layout));
+  f.save.json = f.json;  // --json: the summary, and each save's progress as JSON lines
   CKPT_ASSIGN_OR_RETURN(j.saver, TrainSaver::Create(f.save, *j.session, *j.comm, f.root));
   CKPT_ASSIGN_OR_RETURN(SaveOptions base, SaveTemplate(j, f));
   CKPT_RETURN_IF_ERROR(j.saver->Prepare(std::move(base), {!f.no_rng, !f.no_iterator}, *j.work));

@@ -84,7 +84,7 @@ Status RunFingerprint(const FingerprintFlags& f);  // cmd_fingerprint.cc
 struct DiffFlags {
   std::string a, b;
   FingerprintOptions opts_a, opts_b;
-  bool json = false;
+  bool json = false, no_progress = false;
 };
 Status RunDiff(const DiffFlags& f);  // cmd_fingerprint.cc
 

@@ -104,8 +104,7 @@ void RegisterLoad(CLI::App& app, Status* outcome) {
   cmd->add_flag("--no-check", f->no_check, "skip the element check");
   AddReadIoFlags(cmd, &f->direct_io, &f->buffered_io);
   cmd->add_option("--threads", f->load_threads,
-                  "read/verify/decode workers per rank (default: the cores divided by the ranks on this node)")
-      ->check(CLI::PositiveNumber);
+                  "read/verify/decode workers per rank (default: the cores divided by the ranks on this node)")->check(CLI::PositiveNumber);
   cmd->add_option("--strict", f->strict,
                   "fail on key mismatches: all (default: checkpoint keys the job does not request, or "
                   "requested keys it lacks), unexpected, missing (missing ones are skipped otherwise) or none; "
@@ -118,6 +117,7 @@ void RegisterLoad(CLI::App& app, Status* outcome) {
                   "read sharing: mpi (default) or nccl (the GPU path: chunk bytes over NCCL, one GPU per rank)");
   f->optimizer = "auto";
   cmd->add_option("--optimizer", f->optimizer, "optimizer state to load: auto (as saved), none, model or bucket");
+  cmd->add_option("--faults", f->faults, "fault plan, env points (faults/fault_spec.h), e.g. 'point=env.pread rank=2 action=delay ms=4000'");
   cmd->callback([=]() { *outcome = RunLoad(*f); });
 }
 
@@ -170,7 +170,7 @@ void RegisterDiff(CLI::App& app, Status* outcome) {
   cmd->add_option("b", f->b, "second checkpoint root")->required();
   cmd->add_option("--iter-a", f->opts_a.iteration, "iteration of a (default: its tracker's)");
   cmd->add_option("--iter-b", f->opts_b.iteration, "iteration of b (default: its tracker's)");
-  cmd->add_flag("--json", f->json, "machine-readable output");
+  AddJsonFlags(cmd, &f->json, &f->no_progress, "machine-readable output");
   cmd->callback([=]() { *outcome = RunDiff(*f); });
 }
 

@@ -191,7 +191,7 @@ void RegisterTrain(CLI::App& app, Status* outcome) {
   cmd->add_flag("--exit-signal-handler", f->exit_signal,
                 "on SIGTERM (to any rank) save the current iteration, then exit 0 (Megatron-LM's flag)");
   cmd->add_option("--log-interval", f->log_interval, "print 'train: iteration N' every K iterations");
-  cmd->add_flag("--json", f->json, "print the summary as JSON");
+  AddJsonFlags(cmd, &f->json, &f->save.no_progress, "print the summary as JSON");
   AddDeveloperSwitches(cmd, f.get());
   cmd->callback([=]() { *outcome = RunTrain(*f); });
 }

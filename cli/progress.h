@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ckpt/base/env.h"
 #include "ckpt/base/progress.h"
@@ -28,8 +30,10 @@ class CliProgress {
   // op: the command ("verify"); json: --json; off: --no-progress; rank: this
   // process's. Meters `target` (reads or writes; files whose names end in
   // `file_suffix` count as files) when progress is shown.
+  // start false: counts from now but reports from Start() on (an async save
+  // whose meter must exist before the previous save's final line is out).
   CliProgress(std::string op, bool json, bool off, int rank, Env* target, bool count_writes,
-              std::string file_suffix);
+              std::string file_suffix, bool start = true);
   ~CliProgress() { Finish(); }
 
   // The Env to hand to the library: the meter when progress is shown, else target.
@@ -38,7 +42,14 @@ class CliProgress {
   void SetTotals(int64_t bytes, int64_t files) { progress_.SetTotals(bytes, files); }
   // Totals from an iteration's manifest (-1: the latest): its files' bytes and count.
   void SetTotalsFromManifest(const std::string& root, int64_t iteration);
+  // Totals from several (root, iteration) manifests together (diff: both sides).
+  void SetTotalsFromManifests(const std::vector<std::pair<std::string, int64_t>>& iterations);
   void SetPhase(std::string phase) { progress_.SetPhase(std::move(phase)); }
+  // Meters only the files under `dir` with the file suffix (MeterEnv::CountOnlyUnder).
+  void CountOnlyUnder(std::string dir) {
+    if (meter_) meter_->CountOnlyUnder(std::move(dir));
+  }
+  void Start();  // starts reporting (no-op when shown already or not at all)
   // Stops the reporter and emits the final line/event (idempotent).
   void Finish();
 

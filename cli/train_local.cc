@@ -28,7 +28,10 @@ Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
 Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
   if (local_) return JoinDrain(iteration_now);
   if (!saver_ || !saver_->in_flight()) return std::string();
-  CKPT_ASSIGN_OR_RETURN(SaveStats st, saver_->Wait());
+  Result<SaveStats> joined = saver_->Wait();
+  if (async_progress_) async_progress_->Finish();  // its final progress line
+  async_progress_.reset();
+  CKPT_ASSIGN_OR_RETURN(SaveStats st, std::move(joined));
   return Joined(st, iteration_now);
 }
 
@@ -157,6 +160,24 @@ Result<std::string> TrainSaver::JoinDrain(int64_t iteration_now) {
   row["steps_until_join"] = iteration_now - row["iteration"].get<int64_t>();
   return "train: global save of iteration " + row["iteration"].dump() + " committed under " + base_.root + "\n" +
          Retain(*st);
+}
+
+// Retention after a committed global save (rank 0), one line for the log.
+std::string TrainSaver::Retain(const SaveStats& st) {
+  if (!flags_.retention.enabled() || job_->rank() != 0) return "";
+  const std::string it = std::to_string(st.iteration);
+  if (!st.warning.ok()) return "train: retention skipped after iteration " + it + ": " + st.warning.ToString() + "\n";
+  auto r = ApplyRetention(DefaultEnv(), base_.root, st.iteration, flags_.retention);
+  if (!r.ok()) return "train: retention after iteration " + it + " failed: " + r.status().ToString() + "\n";
+  auto list = [](const auto& its) {
+    std::string out;
+    for (size_t i = 0; i < its.size(); ++i) out += (i ? "," : "") + std::to_string(its[i]);
+    return "[" + out + "]";
+  };
+  std::string line = "train: retention after iteration " + it + ": deleted " + list(r->deleted);
+  if (!r->unlinked.empty())  // say so: these were links, their targets are untouched
+    line += " (links removed, targets kept: " + list(r->unlinked) + ")";
+  return line + ", kept " + list(r->kept) + "\n";
 }
 
 }  // namespace ckpt::cli

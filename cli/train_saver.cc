@@ -106,6 +106,15 @@ std::string TrainSaver::Joined(const SaveStats& st, int64_t iteration_now) {
   return line + Retain(st);
 }
 
+std::unique_ptr<CliProgress> TrainSaver::Meter(const char* op, const ShardedStateDict& sd, Env** env,
+                                               bool start) const {
+  auto p = std::make_unique<CliProgress>(op, flags_.json, flags_.no_progress, job_->rank(),
+                                         *env ? *env : DefaultEnv(), /*count_writes=*/true, ".h5", start);
+  p->SetTotals(sd.TotalBytes(), 1);  // this rank's raw bytes, one shard file
+  *env = p->env();
+  return p;
+}
+
 Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, int64_t iteration_now) {
   if (fenv_) {
     o.env = fenv_.get();
@@ -113,12 +122,21 @@ Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, 
   }
   if (!saver_) {
     o.comm = job_;
-    CKPT_ASSIGN_OR_RETURN(SaveStats st, SaveCheckpoint(sd, o));
+    std::unique_ptr<CliProgress> progress = Meter("save", sd, &o.env, /*start=*/true);
+    Result<SaveStats> saved = SaveCheckpoint(sd, o);
+    progress->Finish();
+    CKPT_ASSIGN_OR_RETURN(SaveStats st, std::move(saved));
     rows_.push_back({{"iteration", o.iteration}, {"seconds", st.seconds}, {"rank0_bytes", st.bytes_written}});
     return "train: saved iteration " + std::to_string(o.iteration) + " under " + o.root + "\n" + Retain(st);
   }
   const int64_t iteration = o.iteration;
-  CKPT_ASSIGN_OR_RETURN(AsyncStartStats st, saver_->Start(sd, std::move(o)));
+  // Reports once the previous save (joined by Start) has printed its final line.
+  std::unique_ptr<CliProgress> progress = Meter("async_save", sd, &o.env, /*start=*/false);
+  Result<AsyncStartStats> started = saver_->Start(sd, std::move(o));  // joins the previous save first
+  if (async_progress_) async_progress_->Finish();  // the previous save's final line
+  async_progress_ = started.ok() ? std::move(progress) : nullptr;
+  if (async_progress_) async_progress_->Start();
+  CKPT_ASSIGN_OR_RETURN(AsyncStartStats st, std::move(started));
   std::string log;
   if (st.joined_previous) log = Joined(st.previous, iteration_now);
   rows_.push_back({{"iteration", iteration}, {"mode", !flags_.no_snapshot ? "async" : "async-no-snapshot"},
@@ -131,23 +149,6 @@ Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, 
   return log + "train: started async save of iteration " + std::to_string(iteration) + ": blocked " +
          Ms(st.blocking_seconds()) + " (wait for the previous " + Ms(st.wait_previous_seconds) + " + snapshot " +
          Ms(st.snapshot_seconds) + " of " + std::to_string(st.snapshot_bytes) + " bytes)\n";
-}
-
-std::string TrainSaver::Retain(const SaveStats& st) {
-  if (!flags_.retention.enabled() || job_->rank() != 0) return "";
-  const std::string it = std::to_string(st.iteration);
-  if (!st.warning.ok()) return "train: retention skipped after iteration " + it + ": " + st.warning.ToString() + "\n";
-  auto r = ApplyRetention(DefaultEnv(), base_.root, st.iteration, flags_.retention);
-  if (!r.ok()) return "train: retention after iteration " + it + " failed: " + r.status().ToString() + "\n";
-  auto list = [](const auto& its) {
-    std::string out;
-    for (size_t i = 0; i < its.size(); ++i) out += (i ? "," : "") + std::to_string(its[i]);
-    return "[" + out + "]";
-  };
-  std::string line = "train: retention after iteration " + it + ": deleted " + list(r->deleted);
-  if (!r->unlinked.empty())  // say so: these were links, their targets are untouched
-    line += " (links removed, targets kept: " + list(r->unlinked) + ")";
-  return line + ", kept " + list(r->kept) + "\n";
 }
 
 Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, workload::TrainWorkload& w) {

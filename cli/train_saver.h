@@ -53,6 +53,7 @@
 #include "ckpt/protocol/retention.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/workload/train_loop.h"
+#include "cli/progress.h"
 #include "faults/fault_env.h"
 
 namespace ckpt::cli {
@@ -76,6 +77,10 @@ struct TrainSaveFlags {
   int ranks_per_node = 0;    // 0: the MPI launcher's local size
   int64_t kill_at = -1;      // DEVELOPER: SIGKILL every rank after the saves of this iteration
   int64_t stall_at = -1;     // DEVELOPER: every rank waits (300 s at most) after the saves of this iteration
+  // Progress of each save on rank 0's stderr (cli/progress.h): a terminal
+  // line, JSON lines with --json, nothing when piped or with --no-progress.
+  // An async save's progress is its background write, ended at its join.
+  bool json = false, no_progress = false;
 };
 
 class TrainSaver final : public workload::TrainCheckpointer {
@@ -128,7 +133,11 @@ class TrainSaver final : public workload::TrainCheckpointer {
   Result<std::string> JoinDrain(int64_t iteration_now);
   Status KillIfAsked(int64_t it);
 
+  // Progress of the save `sd` through `*env` (rank 0); *env becomes its meter.
+  std::unique_ptr<CliProgress> Meter(const char* op, const ShardedStateDict& sd, Env** env, bool start) const;
+
   TrainSaveFlags flags_;
+  std::unique_ptr<CliProgress> async_progress_;  // the async save in flight's (its drain writes through it)
   SaveOptions base_;
   workload::ResumeParts parts_;
   MpiComm* job_;

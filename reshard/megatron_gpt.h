@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "ckpt/base/dtype.h"
+#include "reshard/family.h"
 #include "reshard/parallel_state.h"
 #include "ckpt/base/sharded_tensor.h"
 #include "ckpt/base/status.h"
@@ -138,16 +139,9 @@ struct LayerSpan {
 Result<std::vector<LayerSpan>> StageLayerSpans(const GptConfig& cfg, const ParallelConfig& pc,
                                                int pp_rank);
 
-// One registered ShardedTensor and the rank-local parameter that holds its data.
-struct GptShard {
-  ShardedTensor tensor;
-  std::string param;         // rank-local parameter name, unique per rank
-  Shape param_shape;         // shape of that local parameter tensor
-  int64_t param_offset = 0;  // element offset of tensor's data inside the parameter
-  // MCore's "<module>._extra_state" object of the linear layer owning this
-  // weight (GptConfig::extra_state; on the weight's first shard only).
-  std::optional<ShardedObject> extra_state;
-};
+// One registered ShardedTensor and the rank-local parameter that holds its data
+// (GptConfig::extra_state sets ModelShard::extra_state on a linear layer's weight).
+using GptShard = ModelShard;
 
 // "decoder.layers.3.self_attention.linear_qkv._extra_state" grid and replica
 // for the module whose weight has key `weight_key` (".weight" replaced).

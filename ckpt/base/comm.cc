@@ -62,7 +62,8 @@ Result<std::string> OpenDecision(std::string_view msg, int me, int root, std::st
   return Status(st.code(),
                 "rank " + std::to_string(me) + ": aborted by rank " + std::to_string(root) + ": " + st.message(),
                 st.has_origin() ? st.origin_rank() : root, st.has_origin() ? st.phase() : std::string(phase))
-      .WithMissing(st.missing());
+      .WithMissing(st.missing())
+      .WithCause(st.cause());
 }
 
 }  // namespace

@@ -128,10 +128,17 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// `path` is `dir` or inside it (dir given with or without a trailing '/').
+bool IsUnder(const std::string& path, std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return path.compare(0, dir.size(), dir) == 0 && (path.size() == dir.size() || path[dir.size()] == '/');
+}
+
 }  // namespace
 
 Result<std::unique_ptr<File>> MeterEnv::OpenFile(const std::string& p, OpenMode m, const OpenOptions& o) {
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> f, target()->OpenFile(p, m, o));
+  if (!only_under_.empty() && !(IsUnder(p, only_under_) && EndsWith(p, suffix_))) return f;  // not metered
   return std::unique_ptr<File>(new MeterFile(this, std::move(f)));
 }
 

@@ -140,6 +140,12 @@ class MeterEnv final : public EnvWrapper {
         suffix_(std::move(file_suffix)) {}
   Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m, const OpenOptions& o = {}) override;
 
+  // Counts only the files under directory `dir` whose names end in the file
+  // suffix (bytes and files; set before use). A command that reads what it
+  // wrote (reshard: the destination, each source manifest per target rank)
+  // reports its source's bytes once, not its read-back.
+  void CountOnlyUnder(std::string dir) { only_under_ = std::move(dir); }
+
   Progress* progress() const { return progress_; }
   bool reads() const { return reads_; }
   bool writes() const { return writes_; }
@@ -149,6 +155,7 @@ class MeterEnv final : public EnvWrapper {
   Progress* progress_;
   const bool reads_, writes_;
   const std::string suffix_;
+  std::string only_under_;  // empty: every file
   std::mutex mu_;
   std::set<std::string> done_;
 };

@@ -31,18 +31,23 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
-  std::string m(context);
-  m += ": ";
-  m += message_;
-  Status out{code_, std::move(m), origin_rank_, phase_};
-  out.missing_ = missing_;
+  Status out = *this;  // every typed field kept (origin, cause, missing peers)
+  out.message_ = std::string(context) + ": " + message_;
   return out;
 }
 
 Status Status::At(int rank, std::string_view phase) const {
   if (ok() || has_origin()) return *this;
-  Status out{code_, message_, rank, std::string(phase)};
-  out.missing_ = missing_;
+  Status out = *this;
+  out.origin_rank_ = rank;
+  out.phase_ = std::string(phase);
+  return out;
+}
+
+Status Status::WithCause(Code cause) const {
+  if (ok()) return *this;
+  Status out = *this;
+  out.cause_ = cause;
   return out;
 }
 

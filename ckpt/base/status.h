@@ -8,7 +8,9 @@
 //
 // A failure that crosses ranks carries typed fields besides code and message:
 // the rank that hit it first (origin_rank, -1 when not recorded) and the
-// protocol phase it happened in. Decisions (fallback, exit codes, which
+// protocol phase it happened in, and the code of the failure it relays
+// (cause(): a rank that aborts because rank r failed with kAlreadyExists is
+// kAborted with cause kAlreadyExists). Decisions (fallback, exit codes, which
 // rank's failure to report) look at these fields, never at message text.
 // The one wire form is in status_wire.h.
 //
@@ -90,6 +92,11 @@ class [[nodiscard]] Status {
   int origin_rank() const { return origin_rank_; }
   const std::string& phase() const { return phase_; }
   bool has_origin() const { return origin_rank_ >= 0; }
+  // The code of the failure this status relays from another rank (an
+  // Aborted status keeps its cause's code here); code() when it relays none.
+  Code cause() const { return cause_ == Code::kOk ? code_ : cause_; }
+  // Returns a copy recording `cause` as the relayed failure's code (OK stays OK).
+  Status WithCause(Code cause) const;
   // The peers a deadline failure waited for (empty if not recorded).
   const MissingPeers& missing() const;
   // A copy that records `peers` as the missing peers; OK stays OK.
@@ -99,7 +106,7 @@ class [[nodiscard]] Status {
   std::string ToString() const;
 
   // Returns a copy whose message is "<context>: <message>"; OK stays OK.
-  // The origin fields and missing peers are kept.
+  // The origin fields, the cause and missing peers are kept.
   Status WithContext(std::string_view context) const;
 
   // Returns a copy that records `rank` and `phase` as the origin unless an
@@ -115,6 +122,7 @@ class [[nodiscard]] Status {
   std::string message_;
   int origin_rank_ = -1;
   std::string phase_;
+  Code cause_ = Code::kOk;  // kOk: relays nothing (cause() is code_)
   std::shared_ptr<const MissingPeers> missing_;  // null: none recorded
 };
 

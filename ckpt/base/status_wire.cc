@@ -71,6 +71,7 @@ bool TakeMissing(std::string_view* in, MissingPeers* m) {
 std::string EncodeStatus(const Status& s) {
   std::string out = s.missing().empty() ? "S" : EncodeMissing(s.missing()) + "S";
   Put<uint8_t>(&out, uint8_t(s.code()));
+  Put<uint8_t>(&out, uint8_t(s.cause()));
   Put<int32_t>(&out, int32_t(s.origin_rank()));
   Put<uint32_t>(&out, uint32_t(s.phase().size()));
   out += s.phase();
@@ -82,17 +83,19 @@ Status DecodeStatus(std::string_view wire) {
   std::string_view in = wire;
   MissingPeers missing;
   if (!in.empty() && in.front() == 'M' && !TakeMissing(&in, &missing)) return Malformed("status", wire);
-  uint8_t code = 0;
+  uint8_t code = 0, cause = 0;
   int32_t rank = -1;
   uint32_t phase_len = 0;
   if (in.empty() || in.front() != 'S') return Malformed("status", wire);
   in.remove_prefix(1);
-  if (!Take(&in, &code) || !Take(&in, &rank) || !Take(&in, &phase_len) || phase_len > in.size() ||
-      code > uint8_t(kLastCode) || rank < -1)
+  if (!Take(&in, &code) || !Take(&in, &cause) || !Take(&in, &rank) || !Take(&in, &phase_len) ||
+      phase_len > in.size() || code > uint8_t(kLastCode) || cause > uint8_t(kLastCode) || rank < -1)
     return Malformed("status", wire);
   if (code == 0) return Status::Ok();
   std::string phase(in.substr(0, phase_len));
-  return Status(Code(code), std::string(in.substr(phase_len)), rank, std::move(phase)).WithMissing(std::move(missing));
+  return Status(Code(code), std::string(in.substr(phase_len)), rank, std::move(phase))
+      .WithCause(Code(cause))
+      .WithMissing(std::move(missing));
 }
 
 std::string EncodeOutcome(std::string_view payload) { return "O" + std::string(payload); }
@@ -120,6 +123,7 @@ Result<std::vector<std::string>> DecodeOutcomes(const std::vector<std::string>& 
     }
     const Status st = o.status().At(int(r), phase);
     return Status(st.code(), "rank " + std::to_string(r) + ": " + st.message(), st.origin_rank(), st.phase())
+        .WithCause(st.cause())
         .WithMissing(st.missing());
   }
   return payloads;

@@ -1,7 +1,7 @@
 // The one wire form of a Status between ranks, and of "a payload or a failure"
 // (an Outcome) - every protocol message that says "ok or error" uses these.
 //
-// EncodeStatus keeps all typed fields: code, origin rank, phase, message.
+// EncodeStatus keeps all typed fields: code, cause, origin rank, phase, message.
 // Decoding is checked: bytes that are not such a form decode to kInternal
 // naming them (never to OK, never an exception), so a peer's garbled or
 // hostile message cannot pass for success or crash the receiver.
@@ -16,8 +16,9 @@
 
 namespace ckpt {
 
-// 'S', code (1 byte), origin rank (int32 LE), phase length (uint32 LE), phase,
-// message. OK encodes as a Status with code kOk. A Status with missing peers
+// 'S', code (1 byte), cause code (1 byte; cause() - the relayed failure's
+// code, or the code itself), origin rank (int32 LE), phase length (uint32 LE),
+// phase, message. OK encodes as a Status with code kOk. A Status with missing peers
 // is prefixed by 'M', count (uint32 LE), per peer rank (int32 LE) and host
 // (uint32 LE length, bytes), then the phase (uint32 LE length, bytes).
 std::string EncodeStatus(const Status& s);

@@ -1,6 +1,10 @@
 // MpiComm: Gather/Broadcast as polled nonblocking point-to-point with deadlines.
 #include "ckpt/mpi/comm_mpi.h"
 
+#include <mutex>
+
+#include "ckpt/mpi/arrival_lags.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -291,6 +295,8 @@ Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, 
   std::vector<State> state(srcs.size(), State::kProbing);
   std::vector<std::shared_ptr<std::string>> bufs(srcs.size());
   std::vector<MPI_Request> reqs(srcs.size(), MPI_REQUEST_NULL);
+  std::vector<double> arrived_s(srcs.size(), 0.0);  // when each message completed (arrival_lags.h)
+  const auto start = Clock::now();
   Status st;
   Backoff backoff;
   for (size_t left = srcs.size(); left > 0 && st.ok();) {
@@ -312,6 +318,7 @@ Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, 
         int done = 0;
         st = MpiStatus(MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE), "MPI_Test");
         if (done) {
+          arrived_s[i] = std::chrono::duration<double>(Clock::now() - start).count();
           state[i] = State::kDone;
           --left;
           progressed = true;
@@ -332,10 +339,36 @@ Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, 
   for (size_t i = 0; i < srcs.size(); ++i)
     if (state[i] == State::kReceiving) pending_.push_back({reqs[i], std::move(bufs[i])});
   if (!st.ok()) return st;
+  if (srcs.size() > 1) RecordMpiArrivals(std::string(phase), srcs, arrived_s);
   std::vector<std::string> out;
   out.reserve(srcs.size());
   for (auto& b : bufs) out.push_back(std::move(*b));
   return out;
+}
+
+namespace {
+std::mutex g_lags_mu;
+ArrivalLags g_lags;
+}  // namespace
+
+ArrivalLags MpiArrivalLags() {
+  std::lock_guard<std::mutex> lock(g_lags_mu);
+  return g_lags;
+}
+
+void ResetMpiArrivalLags() {
+  std::lock_guard<std::mutex> lock(g_lags_mu);
+  g_lags = {};
+}
+
+void RecordMpiArrivals(const std::string& phase, const std::vector<int>& srcs, const std::vector<double>& arrived_s) {
+  const double first = *std::min_element(arrived_s.begin(), arrived_s.end());
+  std::lock_guard<std::mutex> lock(g_lags_mu);
+  std::vector<double>& lag = g_lags.by_phase[phase];
+  for (size_t i = 0; i < srcs.size(); ++i) {
+    if (size_t(srcs[i]) >= lag.size()) lag.resize(size_t(srcs[i]) + 1, 0.0);
+    lag[size_t(srcs[i])] += arrived_s[i] - first;
+  }
 }
 
 }  // namespace ckpt

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/format/chunk_reader.h"
 #include "ckpt/base/sha256.h"
+#include "reshard/family.h"
 #include "reshard/read_plan.h"
 
 namespace ckpt {
@@ -25,7 +27,7 @@ struct Source {
   std::unique_ptr<ChunkReader> reader;
   std::map<std::string, std::vector<int>> shards_by_key;  // manifest shard indices
   std::map<std::string, std::vector<int>> objects_by_key;
-  int64_t vocab_size = -1;  // from metadata "gpt", if recorded
+  std::optional<reshard::ModelRef> model;  // the recorded model family, if any
   int64_t peak_buffer = 0;
 };
 
@@ -37,9 +39,11 @@ Result<std::unique_ptr<Source>> Open(const std::string& root, const FingerprintO
   src->reader = std::make_unique<ChunkReader>(env, JoinPath(root, IterDirName(m.iteration)), &m, o.verify_hashes);
   for (int i = 0; i < int(m.shards.size()); ++i) src->shards_by_key[m.shards[i].meta.key].push_back(i);
   for (int i = 0; i < int(m.objects.size()); ++i) src->objects_by_key[m.objects[i].meta.key].push_back(i);
-  const auto& gpt = m.metadata.contains("gpt") ? m.metadata["gpt"] : nlohmann::json();
-  if (gpt.is_object() && gpt.contains("vocab_size") && gpt["vocab_size"].is_number_integer())
-    src->vocab_size = gpt["vocab_size"].get<int64_t>();
+  auto model = reshard::ModelOf(m.metadata);
+  if (!model.ok())
+    return Status(model.status().code(), root + " iteration " + std::to_string(m.iteration) +
+                                             ": fingerprint: " + model.status().message());
+  src->model = std::move(*model);
   return src;
 }
 
@@ -58,8 +62,10 @@ class RowReader {
     saved_rows_ = shape_.empty() ? 1 : shape_[0];
     row_elems_ = shape_.empty() ? 1 : NumElements(Shape(shape_.begin() + 1, shape_.end()));
     canonical_rows_ = saved_rows_;
-    if (t.allow_shape_mismatch && !shape_.empty() && src->vocab_size >= 0 && src->vocab_size <= saved_rows_)
-      canonical_rows_ = src->vocab_size;
+    if (t.allow_shape_mismatch && !shape_.empty() && src->model) {
+      const int64_t rows = src->model->family->CanonicalRows(src->model->config, t);
+      if (rows >= 0 && rows <= saved_rows_) canonical_rows_ = rows;
+    }
     cache_.assign(saved_.size(), {-1, {}});
   }
 

@@ -3,12 +3,14 @@
 //
 // Canonical form: every tensor key in its global row-major order, whatever
 // boxes, flat ranges and files its shards were saved in. A tensor saved with
-// allow_shape_mismatch (padded vocab) is canonically its first vocab_size
-// rows when the manifest metadata records the model ("gpt": {"vocab_size"}):
-// the padding rows depend on TP and are not state. They must be zero; any
-// non-zero padding element is counted (padding_nonzero) and, being a
-// difference of state, folded into the digest. Without a recorded vocabulary
-// the whole saved shape is canonical (then padded tensors are layout-dependent).
+// allow_shape_mismatch (padded vocab) is canonically the leading rows its
+// model family names (reshard/family.h ModelFamily::CanonicalRows; the family
+// and config come from the manifest metadata, ModelOf): the padding rows
+// depend on TP and are not state. They must be zero; any non-zero padding
+// element is counted (padding_nonzero) and, being a difference of state,
+// folded into the digest. Without a recorded model the whole saved shape is
+// canonical (then padded tensors are layout-dependent); a recorded family
+// that is not registered, or a config it refuses, is an error (ModelOf).
 // Objects are included when their grid is one cell (layout-invariant blobs);
 // per-rank grids are layout-dependent by construction and are listed as excluded.
 //

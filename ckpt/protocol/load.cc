@@ -228,7 +228,8 @@ int FirstFailure(const std::vector<Status>& all) {
 // its code and origin.
 Status OnRank(int r, const Status& cause) {
   return Status(cause.code(), "rank " + std::to_string(r) + ": " + cause.ToString(),
-                cause.has_origin() ? cause.origin_rank() : r, cause.has_origin() ? cause.phase() : "load");
+                cause.has_origin() ? cause.origin_rank() : r, cause.has_origin() ? cause.phase() : "load")
+      .WithCause(cause.cause());
 }
 
 // Every rank's outcome of one attempt: *failure is OK when all ranks
@@ -239,7 +240,8 @@ Status AgreeOnAttempt(const Result<LoadStats>& r, const LoadOptions& opts, Statu
   *worth_fallback = r.ok() || WorthFallingBack(r.status());
   if (!opts.comm || opts.comm->size() == 1) {
     *failure = r.ok() ? Status::Ok()
-                      : Status(r.status().code(), r.status().ToString(), r.status().origin_rank(), r.status().phase());
+                      : Status(r.status().code(), r.status().ToString(), r.status().origin_rank(), r.status().phase())
+                            .WithCause(r.status().cause());
     return Status::Ok();
   }
   CKPT_ASSIGN_OR_RETURN(Outcomes all, GatherOutcomes(r, opts));
@@ -324,7 +326,8 @@ Result<LoadStats> LoadFallback(ShardedStateDict& state, const LoadOptions& opts,
       }
       if (!worth)
         return Status(Code::kAborted, "load of " + IterDirName(*it) + " failed on " + failure.message(),
-                      failure.origin_rank(), failure.phase());
+                      failure.origin_rank(), failure.phase())
+            .WithCause(failure.cause());
       again = RemovedMeanwhile(env, opts, *it, attempt, &removed);
       if (!again) skipped.push_back(failure.WithContext(IterDirName(*it)));
     }
@@ -501,7 +504,8 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
     if (failed >= 0 && failed != me) {
       const Status& cause = all.status[failed];
       return Status(cause.code(), "load failed on rank " + std::to_string(failed) + ": " + cause.ToString(),
-                    cause.has_origin() ? cause.origin_rank() : failed, cause.phase());
+                    cause.has_origin() ? cause.origin_rank() : failed, cause.phase())
+          .WithCause(cause.cause());
     }
     for (int i = 0; failed < 0 && i < int(all.iteration.size()); ++i)
       if (all.iteration[i] != all.iteration[me])

@@ -66,7 +66,8 @@ Status DecodeError(std::string_view msg) {
   if (st.ok()) return Status::Internal("read sharing: an error message without an error");
   if (!st.has_origin()) return st;
   return Status(st.code(), st.message() + " (reported by rank " + std::to_string(st.origin_rank()) +
-                               ", which shares load reads with this rank)", st.origin_rank(), st.phase());
+                               ", which shares load reads with this rank)", st.origin_rank(), st.phase())
+      .WithCause(st.cause());
 }
 
 struct Hello {

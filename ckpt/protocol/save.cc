@@ -25,18 +25,19 @@ std::string OkMsg(const std::string& payload) { return EncodeOutcome(payload); }
 std::string ErrMsg(const Status& s) { return EncodeFailure(s); }
 // This rank aborts because another failed: Aborted, naming the cause as
 // "<CodeName>: <message>" (an abort's text without stacking "Aborted: "),
-// keeping the cause's origin rank and phase. A deadline failure stays
+// keeping the cause's origin rank, phase and code (Status::cause()). A deadline failure stays
 // kTimeout (as GatherDecide relays one: the job may have a hung rank) and an
 // unknown outcome stays one (every rank must say so: it may be committed).
 Status RemoteFailure(const Status& cause) {
   if (cause.code() == Code::kOutcomeUnknown || cause.code() == Code::kTimeout) return cause;
   std::string text = cause.code() == Code::kAborted ? cause.message() : cause.ToString();
-  return Status(Code::kAborted, std::move(text), cause.origin_rank(), cause.phase());
+  return Status(Code::kAborted, std::move(text), cause.origin_rank(), cause.phase()).WithCause(cause.cause());
 }
 // "rank <r> failed: <CodeName>: <message>" for a failed message of rank r.
 Status RankFailed(int r, const Status& cause) {
   return Status(Code::kAborted, "rank " + std::to_string(r) + " failed: " + cause.ToString(),
-                cause.has_origin() ? cause.origin_rank() : r, cause.phase());
+                cause.has_origin() ? cause.origin_rank() : r, cause.phase())
+      .WithCause(cause.cause());
 }
 
 // A post-commit warning: "<what>: <cause>", with the cause's code.

@@ -144,7 +144,8 @@ Status PrepareDpReshardableLoad(GptJob& job, const std::string& root, int64_t it
   const std::string mine =
       st.ok() ? EncodeOutcome("")
               : EncodeFailure(Status(st.code(), st.message() + " [found on rank " + std::to_string(job.rank()) + "]",
-                                     job.rank(), "optimizer layout"));
+                                     job.rank(), "optimizer layout")
+                                  .WithCause(st.cause()));
   CKPT_ASSIGN_OR_RETURN(auto all, job.comm->AllGather(mine, job.timeout, "report"));
   for (const auto& a : all) CKPT_RETURN_IF_ERROR(DecodeOutcome(a).status());
   return Status::Ok();

@@ -26,8 +26,7 @@ import torch
 import torch.distributed as dist
 
 from . import ckpt_adapter
-from .sharding import TensorShard
-from .state import ITERATOR_KEY, RNG_KEY
+from .state import RNG_KEY
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -92,9 +91,11 @@ def memcpy_seconds(tensors: list[torch.Tensor], repeats: int = 5) -> float:
     return best
 
 
-def main_replica_tensors(entries: dict) -> list[torch.Tensor]:
-    return [e.tensor for e in entries.values()
-            if isinstance(e, TensorShard) and e.is_main_replica]
+def state_tensors(ckpt, state, main_only: bool = False) -> list[torch.Tensor]:
+    """The tensors a TorchState describes on this rank (main replicas: what it writes)."""
+    flat = ckpt.torch_bridge.flat_state(state.sharded_state_dict())
+    return [d.data for d in flat.values() if isinstance(d, ckpt.ShardedTensor)
+            and (not main_only or all(r == 0 for r in d.replica_id))]
 
 
 def saved_layout(ckpt, root: str, iteration=None) -> dict:
@@ -125,15 +126,12 @@ class Checkpointer:
         layout = saved_layout(self.ckpt, root, iteration)
         same_tp = int(layout.get("tp", job.ps.tp)) == job.ps.tp
         rng = same_tp if use_rng == "auto" else bool(use_rng)
-        entries = ckpt_adapter.state_dict_entries(job, use_rng=rng)
-        if not use_iterator:  # negative control: the sampler starts over
-            entries = {n: e for n, e in entries.items() if e.key != ITERATOR_KEY}
-        nbytes = sum(e.tensor.numel() * e.tensor.element_size() for e in entries.values()
-                     if isinstance(e, TensorShard))
+        # use_iterator=False: the negative control, the sampler starts over
+        state = ckpt_adapter.torch_state(job, self.ckpt, rng=rng, iterator=use_iterator)
+        nbytes = sum(t.numel() * t.element_size() for t in state_tensors(self.ckpt, state))
         _barrier(self.ps)
         t0 = time.perf_counter()
-        ckpt_adapter.load_entries(job, self.ckpt, entries, root, iteration, self.comm, rng,
-                                  partial=not use_iterator)
+        ckpt_adapter.load(job, self.ckpt, state, root, iteration, self.comm, partial=not (rng and use_iterator))
         _barrier(self.ps)
         secs = time.perf_counter() - t0
         total = _sum_over_ranks(nbytes, self.ps)
@@ -150,8 +148,9 @@ class Checkpointer:
         Returns the arena bytes (0 without async saves)."""
         if not self.async_save:
             return 0
-        entries = ckpt_adapter.state_dict_entries(job)
-        return self.ckpt.reserve_async_save(ckpt_adapter.to_ckpt(entries, self.ckpt), comm=self.comm)
+        state = ckpt_adapter.torch_state(job, self.ckpt)
+        return self.ckpt.reserve_async_save(self.ckpt.torch_bridge.flat_state(state.sharded_state_dict()),
+                                            comm=self.comm)
 
     def maybe_save(self, job) -> None:
         if self.save_dir and self.interval > 0 and job.iteration % self.interval == 0:
@@ -162,16 +161,16 @@ class Checkpointer:
         root = root or self.save_dir
         is_async = self.async_save if sync is None else not sync
         self.wait()  # saves are serialised: the previous one commits first
-        entries = ckpt_adapter.state_dict_entries(job)
-        mine = main_replica_tensors(entries)
+        state = ckpt_adapter.torch_state(job, self.ckpt)
+        mine = state_tensors(self.ckpt, state, main_only=True)
         nbytes = sum(t.numel() * t.element_size() for t in mine)
         memcpy_s = None
         if is_async:  # the baseline: copy the bytes the snapshot copies into one buffer
             memcpy_s = memcpy_seconds(mine)
         _barrier(self.ps)
         t0 = time.perf_counter()
-        result = ckpt_adapter.save_entries(job, self.ckpt, entries, root, self.comm,
-                                           is_async=is_async, compress=self.compress)
+        result = ckpt_adapter.save(job, self.ckpt, state, root, self.comm, is_async=is_async,
+                                   compress=self.compress)
         blocking = time.perf_counter() - t0
         rec = {"op": "async_save" if is_async else "save", "iteration": job.iteration,
                "root": root, "bytes": int(_sum_over_ranks(nbytes, self.ps)),

@@ -53,6 +53,20 @@ class AdamW:
             denom = (v.sqrt() / math.sqrt(bc2)).add_(self.eps)
             p.addcdiv_(m, denom, value=-lr / bc1)
 
+    @property
+    def state(self) -> dict:
+        """torch.optim's view, {parameter: {state name: tensor}}, for ckpt's torch
+        bridge: the fp32 main parameter (the parameter itself: fp32 training)
+        and both moments, the live tensors (a load writes into them)."""
+        return {p: {"fp32_param": p.data, "exp_avg": self.exp_avg[n], "exp_avg_sq": self.exp_avg_sq[n]}
+                for n, p in self.params.items()}
+
+    @property
+    def param_groups(self) -> list:
+        """torch.optim's view: one group, its hyper-parameters (recorded, not loaded)."""
+        return [{"params": list(self.params.values()), "betas": list(self.betas), "eps": self.eps,
+                 "weight_decay": self.weight_decay}]
+
     def zero_grad(self) -> None:
         for p in self.params.values():
             p.grad = None

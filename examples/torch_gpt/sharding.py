@@ -13,8 +13,9 @@ zero-fills).
 ObjectShard: a JSON-serialisable Python object at cell `global_offset` of a
 grid `global_shape` (e.g. (pp, tp) for per-rank RNG state).
 
-ckpt_adapter.to_ckpt() is the one function that maps these onto ckpt's API
-(ShardedTensor.from_rank_offsets / ShardedObject).
+They serve the job's own gather/scatter and reference checkpoint; a ckpt
+checkpoint is described by ckpt's torch bridge with the same rules
+(ckpt_adapter.py, tests/test_bridge_rules.py).
 """
 from __future__ import annotations
 

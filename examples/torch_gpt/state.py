@@ -28,7 +28,10 @@ resume.rng_state on a (pp, tp) grid at (pp_rank, tp_rank), replica (0, 0, dp)
 layout-free Philox state under resume.rng, hence the different key).
 
 sharded_state_dict() is collective over the DP group (it merges the sampler
-ledger), like the save that consumes it.
+ledger). It serves the job's own pure-PyTorch reference checkpoint
+(reference.py, --save-ref); a ckpt checkpoint's descriptors come from ckpt's
+torch bridge with the same keys and rules (ckpt_adapter.py: a rule table and
+checkpoint_key; tests/test_bridge_rules.py pins that both agree).
 """
 from __future__ import annotations
 

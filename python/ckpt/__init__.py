@@ -23,14 +23,15 @@ from ._errors import (AbortedError, AlreadyExistsError, CkptError, CkptIOError, 
                       CorruptionError, FailedPreconditionError, InternalError, InvalidArgumentError,
                       NoSpaceError, NotFoundError, OutcomeUnknownError, UnimplementedError)
 from ._convert import convert
+from ._family import model_config, model_families, model_shards
 from ._api import FallbackWarning
 from ._read import Fingerprint, fingerprint, inspect, read_tensor, verify
 from ._tensors import bf16_to_float32, float32_to_bf16
 from ._manager import CheckpointManager, apply_retention, latest, list_iterations
 from ._tiers import TieredCheckpointer
 try:  # the torch bridge needs torch; numpy-only use goes without it
-    from .torch_bridge import (TensorParallel, TorchState, async_save_state, from_megatron, load_state,
-                               mark_tensor_parallel, save_state)
+    from .torch_bridge import (RngNotRestoredWarning, TensorParallel, TorchState, async_save_state,
+                               from_megatron, load_state, mark_tensor_parallel, save_state)
 except ModuleNotFoundError as _e:
     if _e.name != "torch":
         raise
@@ -40,11 +41,11 @@ __all__ = ["TieredCheckpointer", "ShardedTensor", "ShardedObject", "save", "load
            "CkptError", "CkptTimeoutError", "NotFoundError", "CorruptionError", "AbortedError",
            "InvalidArgumentError", "FailedPreconditionError", "AlreadyExistsError", "CkptIOError",
            "NoSpaceError", "UnimplementedError", "InternalError", "OutcomeUnknownError"]
-__all__ += ["FallbackWarning"]
+__all__ += ["FallbackWarning", "model_config", "model_families", "model_shards"]
 
 _add_hdf5_plugin_path()  # h5py reads zstd shards after `import ckpt` (_hdf5.py)
 _atexit.register(_shutdown)  # joins async saves, frees ckpt's MPI communicators; finalises MPI only if ckpt began it
 
 # issue 29: the torch bridge and resume helpers
 __all__ += ["TorchState", "TensorParallel", "mark_tensor_parallel", "save_state", "async_save_state", "load_state",
-            "from_megatron", "CheckpointManager", "list_iterations", "latest", "apply_retention"]
+            "from_megatron", "RngNotRestoredWarning", "CheckpointManager", "list_iterations", "latest", "apply_retention"]

@@ -253,7 +253,7 @@ def reserve_async_save(sharded_state_dict, comm=None):
 
 
 def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=60.0, metadata=None,
-               layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None, direct_io=None):
+               layout=None, chunk_bytes=0, allow_older=False, chunk_hash=None, direct_io=None, progress=None):
     """Like save, but returns once the state is copied into host snapshot buffers
     (the only blocking part): the caller may overwrite its tensors at once. The
     first save allocates the snapshot arena (start_stats["allocate_seconds"])
@@ -261,7 +261,10 @@ def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, ti
     of one comm run one at a time, in call order: a new async_save first joins
     the previous one and raises its error (then this save is not started). A
     failed background save never publishes anything. direct_io: as for save (the
-    background write; wait() returns its stats). Collective over comm."""
+    background write; wait() returns its stats). progress: a callable as for
+    save, given the background write's progress (op "async_save") while the
+    caller trains; its final event comes when the save is joined (wait(), or
+    the next async_save). Collective over comm."""
     saver = _saver_of(comm)
     t0 = time.monotonic()
     if saver.current is not None:
@@ -270,7 +273,7 @@ def async_save(sharded_state_dict, root, iteration, comm=None, compress=None, ti
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False, op="async_save")
     st = saver.cpp.start(entries, objs, str(root), int(iteration), compress or "none", float(timeout),
                          _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
-                         bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io))
+                         bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io), progress)
     st["wait_previous_seconds"] += waited
     st["blocking_seconds"] += waited
     saver.current = AsyncSaveHandle(saver, int(iteration), st)

@@ -1,7 +1,11 @@
 """ckpt's exceptions: CkptError and one subclass per ckpt status code.
 
 Every failure of the C++ library reaches Python as a CkptError with
-  .code    the ckpt code name ("Timeout", "NotFound", "Corruption", ...)
+  .code    the ckpt code name ("Timeout", "NotFound", "Corruption", ...) of the
+           cause: a rank that aborts because another rank failed raises the
+           class of that rank's failure (the library's typed Status::cause(),
+           never parsed from the message); .status_code is the code of the
+           status as returned ("Aborted" for such a relay)
   .rank    the rank that hit the failure first where the library records it
            (origin rank), else the rank that reports it
   .phase   the protocol phase where recorded ("plan", "vote", "load", ...),
@@ -9,16 +13,15 @@ Every failure of the C++ library reaches Python as a CkptError with
   .message the library's message (names file, tensor, rank and phase)
   .reporting_rank / .op  the process that raised it and its API call.
 """
-import re
-
 
 class CkptError(RuntimeError):
     code = "Internal"
 
-    def __init__(self, message, code=None, rank=-1, phase="", reporting_rank=-1, op=""):
+    def __init__(self, message, code=None, rank=-1, phase="", reporting_rank=-1, op="", status_code=None):
         super().__init__(message)
         if code is not None:
             self.code = code
+        self.status_code = status_code or self.code
         self.message = message
         self.rank = rank
         self.phase = phase
@@ -30,7 +33,8 @@ class CkptError(RuntimeError):
         return f"{self.code}: {self.message}" + (f" ({where})" if where else "")
 
     def __reduce__(self):  # picklable (torch.multiprocessing, mpi4py)
-        return (_rebuild, (self.code, self.message, self.rank, self.phase, self.reporting_rank, self.op))
+        return (_rebuild, (self.status_code, self.message, self.rank, self.phase, self.reporting_rank, self.op,
+                           self.code))
 
 
 class InvalidArgumentError(CkptError, ValueError):
@@ -90,28 +94,8 @@ _BY_CODE = {c.code: c for c in (InvalidArgumentError, NotFoundError, AlreadyExis
                                 OutcomeUnknownError)}
 
 
-def _rebuild(code, message, rank, phase, reporting_rank, op):
-    return make_error(code, message, reporting_rank, op, rank, phase)
-
-
-_RANK_FAILED = re.compile(r"(rank \d+ failed: )+")
-
-
-def _root_cause(code, message):
-    """(code, message) of the root cause of an Aborted status: a rank that
-    aborts because another failed (or because rank 0's decision failed) gets
-    Aborted with the text "[rank <r> failed: ]<CodeName>: <message>"
-    (RemoteFailure / RankFailed in save.cc). The caller acts on the cause (a
-    used root, an existing iteration, a bad descriptor), so the cause's class
-    is raised; messages without such a prefix stay Aborted."""
-    while code == "Aborted":
-        m = _RANK_FAILED.match(message)
-        rest = message[m.end():] if m else message
-        name, sep, tail = rest.partition(": ")
-        if not sep or name not in _BY_CODE or name == "Aborted" and not m:
-            break
-        code, message = name, (message[:m.end()] if m else "") + tail
-    return code, message
+def _rebuild(code, message, rank, phase, reporting_rank, op, cause=None):
+    return make_error(code, message, reporting_rank, op, rank, phase, cause)
 
 
 # The library names its options the CLI's way and the C++ way; a Python
@@ -120,12 +104,13 @@ _PY_TERMS = (("--allow-older / SaveOptions::allow_older", "allow_older=True"),
              ("train --resume, load of the latest", "ckpt.load with iteration=None"))
 
 
-def make_error(code, message, reporting_rank, op, origin_rank=-1, phase=""):
+def make_error(code, message, reporting_rank, op, origin_rank=-1, phase="", cause=None):
     """The exception for a failed ckpt Status (called by the extension): the
-    class of the root cause's code (_root_cause), the message in Python's terms."""
-    code, message = _root_cause(code, message)
+    class of its cause's code (Status::cause(): the failure an Aborted status
+    relays, else `code` itself), the message in Python's terms."""
     for cli, py in _PY_TERMS:
         message = message.replace(cli, py)
-    cls = _BY_CODE.get(code, CkptError)
-    return cls(message, code=code, rank=origin_rank if origin_rank >= 0 else reporting_rank,
-               phase=phase or op, reporting_rank=reporting_rank, op=op)
+    cause = cause or code
+    cls = _BY_CODE.get(cause, CkptError)
+    return cls(message, code=cause, rank=origin_rank if origin_rank >= 0 else reporting_rank,
+               phase=phase or op, reporting_rank=reporting_rank, op=op, status_code=code)

@@ -13,11 +13,18 @@ tools and a Megatron job see the same names):
                           shape, whole otherwise; non-tensor values and
                           "optimizer.param_groups" (hyper-parameters) as objects
   extra                   "extra.<k>": a tensor whole, anything else pickled;
-                          load updates the caller's dict in place
+                          load updates the caller's dict in place. A value
+                          that is a ShardedObject / ShardedTensor is used as
+                          it is (an object on a grid of its own, e.g. a
+                          per-(pp, tp) RNG state); extra_prefix="" keys the
+                          entries "<k>" (a job whose format names them)
   RNG (rng=True)          "rng": torch CPU, CUDA (where present), numpy
                           and python `random` states of each rank, one object
-                          cell per rank of the comm, grid (W,) (a load under another world
-                          size needs rng=False)
+                          cell per rank of the comm, grid (W,). A load at
+                          another world size restores everything else and
+                          leaves the RNG as it is, with an RngNotRestoredWarning
+                          (rank r's stream has no counterpart when the ranks
+                          change); rng=False leaves it out on purpose
 A 0-dim tensor is described through a 1-element view of its storage.
 
 Sharding. Without a TP rule every tensor is replicated over the comm's W ranks
@@ -28,7 +35,12 @@ or -> a callable(key, tensor, tp) returning descriptors, for layouts such as
 Megatron's SwiGLU fc1), or when it carries Megatron's attributes
 `tensor_model_parallel=True, partition_dim=axis` (declare a whole module once
 with ckpt.mark_tensor_parallel(module, axis)); every other tensor is
-TP-replicated. Replica ids are (tp_rank or 0, dp_rank).
+TP-replicated. Replica ids are (tp_rank or 0, dp_rank). Rules for Megatron's layouts:
+ckpt.torch_bridge.Split(axis, allow_shape_mismatch=True) for a padded
+vocabulary, GatedSplit(axis) for SwiGLU's fused [W_r; V_r] fc1. keys=callable
+maps a state_dict name to its checkpoint key (MCore's
+sharded_state_dict_keys_map, e.g. input_layernorm. -> self_attention.
+linear_qkv.layer_norm_), for model and optimizer entries alike.
 
 Optimizer state is created lazily by torch.optim (at the first step). Before a
 load, an optimizer without state is materialised as PyTorch DCP does
@@ -45,6 +57,7 @@ ShardedObject, duck-typed) becomes ckpt's descriptors with from_megatron().
 """
 import fnmatch
 import random
+import warnings
 
 import numpy as np
 import torch
@@ -56,9 +69,15 @@ GROUPS_KEY = "optimizer.param_groups"
 RNG_KEY = "rng"
 
 
+class RngNotRestoredWarning(UserWarning):
+    """load_state left the RNG state as it was: the checkpoint's per-rank RNG
+    streams were saved at another world size, so they have no counterpart here."""
+
+
 class TensorParallel:
     """This rank's TP coordinates and the rules naming split parameters:
-    rules = {fnmatch pattern over parameter names: axis | callable(key, tensor, tp)}."""
+    rules = {fnmatch pattern over parameter names: axis | Split | GatedSplit |
+    callable(key, tensor, tp) -> [ShardedTensor]}."""
 
     def __init__(self, rank, size, dp_rank=0, rules=None):
         self.rank, self.size, self.dp_rank = int(rank), int(size), int(dp_rank)
@@ -73,6 +92,37 @@ class TensorParallel:
         if param is not None and getattr(param, "tensor_model_parallel", False):
             return int(getattr(param, "partition_dim", 0))
         return None
+
+
+class Split:
+    """A TP rule: the local tensor is block tp.rank of tp.size on `axis`.
+    allow_shape_mismatch: the global size on that axis may differ between the
+    saving and the loading job (a vocabulary padded per TP size: a load reads
+    the overlap and zero-fills the rest), as MCore's allow_shape_mismatch."""
+
+    def __init__(self, axis, allow_shape_mismatch=False):
+        self.axis, self.allow_shape_mismatch = int(axis), bool(allow_shape_mismatch)
+
+    def __call__(self, key, t, tp):
+        return [ShardedTensor.from_rank_offsets(key, t, (self.axis, tp.rank, tp.size), replica_id=(0, tp.dp_rank),
+                                                allow_shape_mismatch=self.allow_shape_mismatch)]
+
+
+class GatedSplit:
+    """A TP rule for a fused gated projection (Megatron's SwiGLU linear_fc1):
+    the local tensor is [W_r; V_r] on `axis`, and the global one [W; V] - so
+    its two halves are blocks r and tp + r of 2 * tp (two shards of one key,
+    views of the local tensor: a load writes into it). A plain Split would
+    mix the gate and up halves at another TP size."""
+
+    def __init__(self, axis=0):
+        self.axis = int(axis)
+
+    def __call__(self, key, t, tp):
+        w, v = t.chunk(2, dim=self.axis)
+        return [ShardedTensor.from_rank_offsets(key, w, (self.axis, tp.rank, 2 * tp.size), replica_id=(0, tp.dp_rank)),
+                ShardedTensor.from_rank_offsets(key, v, (self.axis, tp.size + tp.rank, 2 * tp.size),
+                                                replica_id=(0, tp.dp_rank))]
 
 
 def mark_tensor_parallel(module, axis):
@@ -90,9 +140,12 @@ def _flat_view(t):
 class TorchState:
     """A model, its optimizer, plain values and RNG state as one ckpt state."""
 
-    def __init__(self, model=None, optimizer=None, extra=None, rng=True, comm=None, tp=None):
+    def __init__(self, model=None, optimizer=None, extra=None, rng=True, comm=None, tp=None, keys=None,
+                 extra_prefix="extra."):
         self.model = getattr(model, "module", model) if _is_ddp(model) else model
         self.optimizer, self.extra, self.rng, self.tp = optimizer, extra, bool(rng), tp
+        self.keys = keys or (lambda name: name)  # state_dict name -> checkpoint key
+        self.extra_prefix = str(extra_prefix)
         self.rank = 0 if comm is None else int(comm.rank)
         self.world = 1 if comm is None else int(comm.size)
 
@@ -116,6 +169,7 @@ class TorchState:
         return ShardedObject(key, value, replica_id=self._replica(False))
 
     def _param_names(self):
+        """{parameter: its state_dict name}."""
         names = {}
         if self.model is not None:
             for n, p in self.model.named_parameters():
@@ -128,14 +182,18 @@ class TorchState:
         params = dict(self.model.named_parameters()) if self.model is not None else {}
         if self.model is not None:
             for name, v in self.model.state_dict().items():
-                out[name] = self._tensor(name, v, name, params.get(name)) if torch.is_tensor(v) \
-                    else self._object(name, v)
+                key = self.keys(name)
+                out[key] = self._tensor(key, v, name, params.get(name)) if torch.is_tensor(v) \
+                    else self._object(key, v)
         if self.optimizer is not None:
             out.update(self._optimizer_entries())
         if self.extra is not None:
             for k, v in self.extra.items():
-                key = f"extra.{k}"
-                out[key] = self._tensor(key, v) if torch.is_tensor(v) else self._object(key, v)
+                key = f"{self.extra_prefix}{k}"
+                if isinstance(v, (ShardedObject, ShardedTensor)):
+                    out[key] = v  # the caller's own descriptor
+                else:
+                    out[key] = self._tensor(key, v) if torch.is_tensor(v) else self._object(key, v)
         if self.rng:
             out[RNG_KEY] = ShardedObject(RNG_KEY, rng_state(), (self.world,), (self.rank,))
         return out
@@ -151,7 +209,7 @@ class TorchState:
                                      "(pass the model the optimizer was built over)")
                 name = pnames.append(names[p]) or names[p]
                 for s, v in self.optimizer.state.get(p, {}).items():
-                    key = f"{OPT_PREFIX}{s}.{name}"
+                    key = f"{OPT_PREFIX}{s}.{self.keys(name)}"
                     if torch.is_tensor(v):
                         same = tuple(v.shape) == tuple(p.shape)
                         out[key] = self._tensor(key, v, name if same else None, p if same else None)
@@ -171,24 +229,27 @@ class TorchState:
             names = self._param_names()
             have = {k[len(OPT_PREFIX):].split(".", 1)[1] for k in saved_keys if k.startswith(OPT_PREFIX)}
             for p in list(self.optimizer.state):
-                if names[p] not in have:
+                if self.keys(names[p]) not in have:
                     del self.optimizer.state[p]
 
     def apply(self, objects):
         """Applies the loaded objects {key: value} (tensors were loaded in place)."""
-        names = {n: p for p, n in self._param_names().items()}
+        names = {self.keys(n): p for p, n in self._param_names().items()}  # checkpoint key -> parameter
+        extra = {v.key if isinstance(v, (ShardedObject, ShardedTensor)) else f"{self.extra_prefix}{k}": k
+                 for k, v in (self.extra or {}).items()}  # checkpoint key -> extra's key
+        model_names = {self.keys(n): n for n in self.model.state_dict()} if self.model is not None else {}
         for key, value in objects.items():
-            if key == GROUPS_KEY:
+            if key in extra:
+                self.extra[extra[key]] = value
+            elif key == GROUPS_KEY:
                 _restore_groups(self.optimizer, value)
             elif key.startswith(OPT_PREFIX):
                 s, name = key[len(OPT_PREFIX):].split(".", 1)
                 self.optimizer.state[names[name]][s] = value
-            elif key.startswith("extra."):
-                self.extra[key[len("extra."):]] = value
             elif key == RNG_KEY:
                 set_rng_state(value)
             elif self.model is not None:  # a non-tensor model entry (e.g. _extra_state)
-                self.model.load_state_dict({key: value}, strict=False)
+                self.model.load_state_dict({model_names.get(key, key): value}, strict=False)
 
 
 def _is_ddp(model):
@@ -275,13 +336,39 @@ def load_state(state, root, iteration=None, comm=None, strict="all", **kwargs):
         if not kwargs.get("fallback"):
             raise
         state.prepare_load(None)  # the load falls back past an unreadable manifest
+        info = None
     stats = kwargs.pop("stats", None)
     stats = {} if stats is None else stats
     request = flat_state(state.sharded_state_dict())
+    if info is not None and state.rng and _rng_world(info) not in (None, state.world):
+        request, strict = _without_rng(request, info, strict, state.world)
     loaded = load(request, root, iteration=iteration, comm=comm, strict=strict, stats=stats, **kwargs)
     out = loaded[0] if isinstance(loaded, tuple) else loaded
     state.apply({d.key: out[k] for k, d in request.items() if isinstance(d, ShardedObject)})
     return int(stats["iteration"])
+
+
+def _rng_world(info):
+    """The world size the checkpoint's RNG states were saved at (None: it has none)."""
+    grid = info["objects"].get(RNG_KEY, {}).get("grid")
+    return int(grid[0]) if grid and len(grid) == 1 else None
+
+
+# A strict mode that raises on unexpected keys -> the same one that does not.
+_NO_UNEXPECTED = {"all": "missing", "unexpected": "none", "raise_all": "missing", "raise_unexpected": "missing"}
+
+
+def _without_rng(request, info, strict, world):
+    """The request without the RNG, warning why; the checkpoint's "rng" is then
+    the one key it holds that is not asked for (any other still raises)."""
+    warnings.warn(f"ckpt: RNG state not restored: the checkpoint's per-rank RNG states were saved by "
+                  f"{_rng_world(info)} ranks, this job has {world} (rank streams do not map across world "
+                  "sizes); the RNG continues from this process's own state. Pass rng=False to leave "
+                  "it out without this warning.", RngNotRestoredWarning, stacklevel=3)
+    request = {k: d for k, d in request.items() if d.key != RNG_KEY}
+    asked = {d.key for d in request.values()}
+    others = (set(info["tensors"]) | set(info["objects"])) - asked - {RNG_KEY}
+    return request, (strict if others else _NO_UNEXPECTED.get(strict, strict))
 
 
 def from_megatron(sharded_state_dict):

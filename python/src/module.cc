@@ -14,6 +14,7 @@
 
 #include "py_comm.h"
 #include "py_convert.h"
+#include "py_family.h"
 #include "py_hdf5.h"
 #include "py_progress.h"
 #include "py_state.h"
@@ -122,21 +123,31 @@ class PyAsyncSaver {
   explicit PyAsyncSaver(std::shared_ptr<CommHandle> comm)
       : comm_(std::move(comm)), saver_(std::make_unique<AsyncSaver>(CommOf(comm_) ? CommOf(comm_) : &local_)) {}
   ~PyAsyncSaver() {
-    pyb::gil_scoped_release nogil;  // a callback comm in flight needs the GIL
-    saver_.reset();
+    {
+      pyb::gil_scoped_release nogil;  // a callback comm in flight needs the GIL
+      saver_.reset();
+    }
+    meter_.reset();  // with the GIL held (its reporter is joined without it)
   }
+  // progress: a callable reporting the background drain's writes (this
+  // rank's); its final event comes when the save is joined (Wait).
   pyb::dict Start(const pyb::list& tensors, const pyb::list& objects, const std::string& root, int64_t iteration,
                   const std::string& compress, double timeout_s, const std::string& metadata,
                   const std::string& layout, int64_t chunk_bytes, bool allow_older, const std::string& chunk_hash,
-                  int direct_io) {
+                  int direct_io, const pyb::object& progress) {
     ShardedStateDict sd = StateOf(tensors, objects, rank(), "async_save");
     SaveOptions o = SaveOpts(root, iteration, compress, timeout_s, metadata, layout, chunk_bytes, allow_older,
                              chunk_hash, direct_io, rank(), "async_save", WorldOf(comm_));
+    FinishMeter();  // the previous save was joined (async_save waits for it first)
+    meter_ = std::make_unique<PyProgress>(progress, "async_save", DefaultEnv(), /*count_writes=*/true);
+    meter_->SetTotals(sd.TotalBytes(), 1);  // this rank's raw bytes, one shard file
+    o.env = meter_->env();  // the drain writes through it: meter_ lives until Wait
     Result<AsyncStartStats> r = Status::Internal("not run");
     {
       pyb::gil_scoped_release nogil;
       r = saver_->Start(sd, o);
     }
+    if (!r.ok()) FinishMeter();
     return ToDict(Value(std::move(r), rank(), "async_save"));
   }
   // Pre-allocates the snapshot arena for these tensors (AsyncSaver::Reserve);
@@ -157,6 +168,7 @@ class PyAsyncSaver {
       pyb::gil_scoped_release nogil;
       r = saver_->Wait();
     }
+    FinishMeter();
     pyb::dict d = ToDict(Value(std::move(r), rank(), "async_save"));
     d["background_seconds"] = saver_->last_background_seconds();
     return d;
@@ -166,8 +178,18 @@ class PyAsyncSaver {
   int rank() const { return RankOf(comm_); }
 
  private:
+  // Emits the final progress event of the joined save and drops the meter (GIL held).
+  void FinishMeter() {
+    if (!meter_) return;
+    {
+      pyb::gil_scoped_release nogil;
+      meter_->Finish();
+    }
+    meter_.reset();
+  }
   std::shared_ptr<CommHandle> comm_;
   LocalComm local_;
+  std::unique_ptr<PyProgress> meter_;  // the save in flight's (outlives its drain: reset after Wait)
   std::unique_ptr<AsyncSaver> saver_;
 };
 
@@ -276,6 +298,7 @@ PYBIND11_MODULE(_ckpt, m) {
       .def_property_readonly("size", [](const CommHandle& h) { return h.get() ? h.get()->size() : -1; })
       .def_readonly("kind", &CommHandle::kind);
   DefineTiers(m);
+  DefineFamily(m);
   m.def("local_comm", &LocalCommHandle);
   m.def("mpi_comm", &MpiCommHandle);
   m.def("dup_mpi_comm", [](const std::shared_ptr<CommHandle>& h) { return DupMpiCommHandle(*h); });

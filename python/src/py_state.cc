@@ -32,13 +32,15 @@ void OriginOf(const S& s, int* rank, std::string* phase) {
   }
 }
 
-// Python's ckpt.CkptError subclass for a code, via ckpt._errors.make_error.
+// Python's ckpt.CkptError subclass for a code, via ckpt._errors.make_error;
+// the class follows the typed cause (Status::cause()) of a relayed failure.
 pyb::object MakeError(const StatusError& e) {
   int origin = -1;
   std::string phase;
   OriginOf(e.status, &origin, &phase);
   pyb::object make = pyb::module_::import("ckpt._errors").attr("make_error");
-  return make(std::string(CodeName(e.status.code())), e.status.message(), e.rank, e.op, origin, phase);
+  return make(std::string(CodeName(e.status.code())), e.status.message(), e.rank, e.op, origin, phase,
+              std::string(CodeName(e.status.cause())));
 }
 
 }  // namespace

@@ -1,16 +1,21 @@
-"""Node loss across hosts (issue 31 item 4a/4b): 2 nodes x 2 ranks, `ckpt save` under mpirun.
+"""Node loss across hosts (issue 31 item 4a/4b/4c): 2 nodes x 2 ranks, `ckpt save` under mpirun.
 
-Rank 2 (node n2) is held in its shard write or in the vote (a 4 s delay fault) so the fault
-below hits that phase; once the save's tmp dir exists, node n2 is either SIGKILLed whole or
-partitioned (link down). Checked: the survivors on n1 (ranks 0, 1) exit within the deadline + 5 s
-with the error code, naming rank 2, host n2 and phase 'vote' (where rank 0 waits for the lost
-ranks: their answer, or for a writer, its progress); nothing is committed (0 torn) and the old iteration
-loads; after a partition is healed (n2 restarted) the next save commits. Prints one figure row
-per run: runs x phases, torn, lost, hung.
+The save of iteration 2 is held in one phase (a delay fault, HOLD) and node n2 is then SIGKILLed
+whole or partitioned (link down): in rank 2's shard write or vote, or while rank 0 (on n1), every
+vote in, renames the directory (commit) or updates the tracker. Checked: the survivors on n1
+(ranks 0, 1) exit within the deadline + 5 s naming rank 2 and host n2; nothing is torn (a visible
+iteration 2 loads) and nothing lost (iteration 2 or 1 loads); before the commit point they fail
+(exit 2, phase 'vote') and iteration 1 stays; after it, rank 0 commits and both exit 0 with a
+warning naming the lost ranks. After a partition is healed (n2 restarted) the next save commits.
+A node killed during a load fails it on every survivor, naming rank 2 and n2. With n2's link
+rate-limited the save commits and its report names n2 and phase 'vote' (slow_link).
+Prints one figure row per run: runs x phases, torn, lost, hung.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import time
 
@@ -20,21 +25,24 @@ DEADLINE_MS = 3000
 BOUND_S = DEADLINE_MS / 1000 + 5
 
 
-def start_save(c, root, out, it: int, faults: str = "") -> subprocess.Popen:
-    """`ckpt save` on n1:2,n2:2 from head; each rank writes its exit code to out/rc.<rank>."""
+def start_job(c, out, cmd: list[str]) -> subprocess.Popen:
+    """`ckpt ...` on n1:2,n2:2 from head; each rank writes its stderr to out/err.<rank> and its
+    exit code to out/rc.<rank>."""
     out.mkdir(parents=True, exist_ok=True)
     wrap = ('"$0" "$@" 2>"$OUT/err.$OMPI_COMM_WORLD_RANK"; '
             'echo $? >"$OUT/rc.$OMPI_COMM_WORLD_RANK"')
-    cmd = [CKPT, "save", "--root", str(root), "--iter", str(it), "--model", "tiny", "--layout",
-           "tp=2,pp=2", "--timeout-ms", str(DEADLINE_MS), "--no-progress"]
-    if faults:
-        cmd += ["--faults", faults]
     # --enable-recovery: mpirun would otherwise kill the survivors itself once it notices a
     # daemon lost (~1 s after a node kill), before they can show what they noticed.
     argv = c.mpirun_argv({"n1": 2, "n2": 2})
     argv = argv[:1] + ["--enable-recovery"] + argv[1:]
     return c.popen("head", argv + ["-x", "OUT", "-np", "4", "bash", "-c", wrap]
                    + cmd, env=dict(ENV, OUT=str(out)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def start_save(c, root, out, it: int, faults: str = "") -> subprocess.Popen:
+    cmd = [CKPT, "save", "--root", str(root), "--iter", str(it), "--model", "tiny", "--layout",
+           "tp=2,pp=2", "--timeout-ms", str(DEADLINE_MS), "--no-progress"]
+    return start_job(c, out, cmd + (["--faults", faults] if faults else []))
 
 
 def wait_for(pred, limit: float) -> bool:
@@ -52,23 +60,39 @@ def stop(p: subprocess.Popen) -> None:
 
 
 def loads(root, it: int) -> bool:
-    r = subprocess.run([CKPT, "load", "--root", str(root), "--layout", "tp=1"], capture_output=True,
+    r = subprocess.run([CKPT, "load", "--root", str(root), "--iter", str(it), "--layout", "tp=1"], capture_output=True,
                        text=True, timeout=120)
     return r.returncode == 0 and f"iter {it}" in (r.stdout + r.stderr)
 
 
-# Where rank 2 is held when its node is hit: in its first shard write, or in the vote.
-HOLD = {"write": "point=env.pwrite rank=2 action=delay ms=4000",
-        "vote": "point=step.vote rank=2 action=delay ms=4000"}
+# Where the save is held when node n2 is hit, and what shows it got there (a path under the
+# save's tmp dir, or under the root). write / vote: rank 2 (on n2) in its first shard write or in
+# the vote. commit / tracker: rank 0 (on n1) before its directory rename / its tracker update, every
+# vote in; n2's ranks wait for the outcome. The delay is below DecisionTimeout (1.25 x the
+# deadline) so rank 1 still takes rank 0's outcome.
+HOLD = {"write": ("point=env.pwrite rank=2 action=delay ms=4000", None),
+        "vote": ("point=step.vote rank=2 action=delay ms=4000", None),
+        "commit": ("point=step.dir_rename rank=0 action=delay ms=2000", "tmp/manifest.json"),
+        "tracker": ("point=step.tracker_update rank=0 action=delay ms=2000", "iter_0000002")}
 
 
-def node_fault(c, tmp_path, how: str, phase: str) -> dict:
+def held(root, phase: str) -> bool:
+    tmps = [n for n in os.listdir(root) if n.startswith(".iter_0000002.tmp-")]
+    mark = HOLD[phase][1]
+    if mark is None:
+        return bool(tmps)
+    if mark.startswith("tmp/"):
+        return any(os.path.exists(os.path.join(root, t, mark[4:])) for t in tmps)
+    return os.path.exists(os.path.join(root, mark))
+
+
+def node_fault(c, tmp_path, base, how: str, phase: str) -> dict:
+    """One run: iteration 1 committed (a copy of `base`), the save of iteration 2 hit in `phase`."""
     root, out = tmp_path / f"{how}-{phase}" / "root", tmp_path / f"{how}-{phase}" / "out"
     out.mkdir(parents=True)
-    p = start_save(c, root, tmp_path / f"{how}-{phase}" / "out1", 1)
-    assert p.wait(timeout=180) == 0, p.stdout.read().decode()
-    p = start_save(c, root, out, 2, HOLD[phase])
-    assert wait_for(lambda: any(n.startswith(".iter_0000002.tmp-") for n in os.listdir(root)), 120), \
+    shutil.copytree(base, root)
+    p = start_save(c, root, out, 2, HOLD[phase][0])
+    assert wait_for(lambda: held(root, phase), 120), \
         p.stdout.read().decode() if p.poll() is not None else "the save did not start"
     t0 = time.monotonic()
     c.kill("n2") if how == "kill" else c.partition("n2")
@@ -79,20 +103,85 @@ def node_fault(c, tmp_path, how: str, phase: str) -> dict:
     stop(p)
     c.restart("n2")  # a fresh node (after a partition: the link healed, its stranded ranks gone)
     committed = (root / "iter_0000002").exists()
-    old_loads = loads(root, 1)
-    # torn: iteration 2 visible although its vote never completed; lost: iteration 1 no longer loads
-    row = {"fault": how, "phase": phase, "secs": round(secs, 2), "torn": int(committed), "lost": int(not old_loads),
-           "hung": int(not exited or secs > BOUND_S), "rcs": rcs, "errs": errs}
+    new_loads, old_loads = committed and loads(root, 2), loads(root, 1)
+    # torn: iteration 2 visible but not loadable; lost: neither iteration loads
+    row = {"fault": how, "phase": phase, "secs": round(secs, 2), "torn": int(committed and not new_loads),
+           "lost": int(not new_loads and not old_loads), "hung": int(not exited or secs > BOUND_S),
+           "committed": int(committed), "rcs": rcs, "errs": errs}
     assert exited and secs <= BOUND_S, f"survivors exited after {secs:.2f} s > {BOUND_S} s: {row}"
-    for r in (0, 1):
-        assert rcs[r] == "2", row
-        assert "rank(s) 2" in errs[r] and "on host 'n2'" in errs[r] and "phase 'vote'" in errs[r], row
-    assert not committed and old_loads, row
-    if how == "partition":  # after the heal the next save commits
+    assert not row["torn"] and not row["lost"], row
+    for r in (0, 1):  # every survivor names the lost ranks and their host
+        assert "rank(s) 2" in errs[r] and "on host 'n2'" in errs[r], row
+    if phase in ("write", "vote"):  # before the commit point: not committed, the old iteration stays
+        for r in (0, 1):
+            assert rcs[r] == "2" and "phase 'vote'" in errs[r], row
+        assert not committed, row
+    else:  # rank 0 had every vote: it commits; the survivors say so (rc 0) and warn of the loss
+        assert committed and rcs == {0: "0", 1: "0"}, row
+    if how == "partition" and phase != "write":  # after the heal the next save commits (test time:
+        # one partition before and one after the commit point show it)
         p = start_save(c, root, tmp_path / f"{how}-{phase}" / "out3", 3)
         assert p.wait(timeout=180) == 0, p.stdout.read().decode()
         assert loads(root, 3)
     return row
+
+
+def load_fault(c, tmp_path, base) -> dict:
+    """Node n2 SIGKILLed while rank 2 is held in its first read of a load of iteration 1."""
+    out = tmp_path / "kill-load" / "out"
+    p = start_job(c, out, [CKPT, "load", "--root", str(base), "--iter", "1", "--layout", "tp=2,pp=2",
+                           "--timeout-ms", str(DEADLINE_MS), "--no-progress",
+                           "--faults", "point=env.pread rank=2 action=delay ms=4000"])
+    assert wait_for(lambda: "delay at env.pread" in _text(out / "err.2"), 120), \
+        p.stdout.read().decode() if p.poll() is not None else "rank 2 did not reach its read"
+    t0 = time.monotonic()
+    c.kill("n2")
+    exited = wait_for(lambda: all((out / f"rc.{r}").exists() for r in (0, 1)), BOUND_S + 10)
+    secs = time.monotonic() - t0
+    errs = {r: _text(out / f"err.{r}") for r in (0, 1)}
+    rcs = {r: _text(out / f"rc.{r}").strip() or None for r in (0, 1)}
+    stop(p)
+    c.restart("n2")
+    row = {"fault": "kill", "phase": "load", "secs": round(secs, 2), "torn": 0, "lost": int(not loads(base, 1)),
+           "hung": int(not exited or secs > BOUND_S), "committed": 0, "rcs": rcs, "errs": errs}
+    assert exited and secs <= BOUND_S, f"survivors exited after {secs:.2f} s > {BOUND_S} s: {row}"
+    for r in (0, 1):  # the load fails on every survivor, naming the lost ranks and their host
+        assert rcs[r] == "2" and "rank(s) 2" in errs[r] and "on host 'n2'" in errs[r], row
+    assert not row["lost"], row
+    return row
+
+
+def slow_link(c, tmp_path, base) -> dict:
+    """Node n2's link rate-limited (tbf 64 kbit/s; this kernel has no netem): the save commits
+    and its report names n2 and the phase whose messages crossed the link late (the vote:
+    each rank's manifest)."""
+    root = tmp_path / "slow" / "root"
+    shutil.copytree(base, root)
+    shaped = c.slow("n2", rate="64kbit")
+    try:
+        argv = c.mpirun_argv({"n1": 2, "n2": 2}) + [
+            "-np", "4", CKPT, "save", "--root", str(root), "--iter", "2", "--model", "tiny", "--layout", "tp=2,pp=2",
+            "--timeout-ms", "10000", "--no-progress", "--json"]
+        r = c.run("head", argv, env=ENV, capture_output=True, text=True, timeout=120)
+    finally:
+        c.heal("n2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("{")))
+    link = report["slow_link"]
+    assert link and link["host"] == "n2" and link["rank"] in (2, 3) and link["phase"] == "vote", report
+    assert loads(root, 2)
+    return {"shaped": shaped, "seconds": report["seconds"], **link}
+
+
+def _text(path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+# One run per fault and phase ("how:phase"; CKPT_NODE_LOSS_RUNS overrides, e.g. to repeat one).
+# ("kill", "commit") is left out like ("kill", "write"): in 1 of 4 runs OpenMPI ended the survivors
+# (no exit code, nothing committed) before rank 0 left its held rename; partition:commit and
+# kill:tracker cover a node lost after every vote is in. "slow": the rate-limited link.
+RUNS = "kill:vote,partition:vote,partition:write,partition:commit,kill:tracker,kill:load,slow"
 
 
 def test_node_killed_or_partitioned(make_cluster, tmp_path):
@@ -100,9 +189,20 @@ def test_node_killed_or_partitioned(make_cluster, tmp_path):
     # ("kill", "write") is left out: in 3 of 8 runs the survivors wrote no report and no exit
     # code, and no process of the save was left: OpenMPI ended them itself (its TCP transport
     # losing the peer, even under --enable-recovery) before ckpt could name the lost ranks.
-    rows = [node_fault(c, tmp_path, how, phase) for how, phase in (("kill", "vote"), ("partition", "vote"))]
+    base = tmp_path / "base"  # iteration 1, committed once and copied into every run's root
+    p = start_save(c, base, tmp_path / "out-base", 1)
+    assert p.wait(timeout=180) == 0, p.stdout.read().decode()
+    runs = os.environ.get("CKPT_NODE_LOSS_RUNS", RUNS)
+    rows = [load_fault(c, tmp_path, base) if run == "kill:load" else node_fault(c, tmp_path, base, *run.split(":"))
+            for run in runs.split(",") if run != "slow"]
     print("node loss across 2 nodes x 2 ranks (deadline %d ms, bound %.0f s):" % (DEADLINE_MS, BOUND_S))
-    print("fault      phase  runs  torn  lost  hung  survivors exit (s)")
+    print("fault      phase    runs  torn  lost  hung  committed  survivors exit (s)")
     for r in rows:
-        print(f"{r['fault']:<10} {r['phase']:<6} {1:>4} {r['torn']:>5} {r['lost']:>5} {r['hung']:>5}  {r['secs']:.2f}")
-    print("e.g. rank 0:", rows[-1]["errs"][0].strip().splitlines()[-1])
+        print(f"{r['fault']:<10} {r['phase']:<8} {1:>4} {r['torn']:>5} {r['lost']:>5} {r['hung']:>5} "
+              f"{r['committed']:>10}  {r['secs']:.2f}")
+    if rows:
+        print("e.g. rank 0:", rows[-1]["errs"][0].strip().splitlines()[-1])
+    if "slow" in runs.split(","):
+        link = slow_link(c, tmp_path, base)
+        print(f"slow link on n2 ({link['shaped']}): save committed in {link['seconds']:.2f} s; report names rank "
+              f"{link['rank']} on host '{link['host']}', phase '{link['phase']}', {link['lag_seconds']:.2f} s late")

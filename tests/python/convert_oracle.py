@@ -45,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
 sys.path.insert(0, EXAMPLES)
 
-from torch_gpt import ckpt_adapter, dist_env, launch  # noqa: E402
+from torch_gpt import dist_env, launch  # noqa: E402
 from torch_gpt.config import GPTConfig  # noqa: E402
 from torch_gpt.layers import gather_vocab_logits  # noqa: E402
 from torch_gpt.model import GPTModel  # noqa: E402
@@ -194,8 +194,10 @@ def torch_gpt_config(c: dict) -> GPTConfig:
 def load_ckpt_with_api(root: str, shards) -> None:
     """Fills each TensorShard in place with ckpt.load (this rank's boxes only)."""
     import ckpt
-    entries = {f"{i}:{s.key}": s for i, s in enumerate(shards)}
-    ckpt.load(ckpt_adapter.to_ckpt(entries, ckpt), root, strict="raise_all")
+    sd = {f"{i}:{s.key}": ckpt.ShardedTensor.from_rank_offsets(s.key, s.tensor, *s.rank_offsets, replica_id=s.replica_id,
+                                                                 allow_shape_mismatch=s.allow_shape_mismatch)
+          for i, s in enumerate(shards)}
+    ckpt.load(sd, root, strict="raise_all")
 
 
 # ------------------------------------------------- ckpt checkpoint via h5py

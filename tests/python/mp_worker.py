@@ -160,6 +160,27 @@ def dies_before_last_decision(comm, rank, d):
     return {"seconds": time.monotonic() - t0}
 
 
+def causes(comm, rank, d):
+    """Rank 0 fails a save (its directory step): with AlreadyExists (iteration 2
+    exists), FailedPrecondition (iteration 1 is older), sync and async. Every
+    rank raises the cause's class: rank 1 from the typed cause its Aborted
+    status carries (Status::cause()), never from the message text."""
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.arange(4.0), replica_id=rank)}
+    ckpt.save(sd, d, 2, comm=comm, timeout=10)
+    out = {}
+    for name, call in (("exists", lambda: ckpt.save(sd, d, 2, comm=comm, timeout=10)),
+                       ("older", lambda: ckpt.save(sd, d, 1, comm=comm, timeout=10)),
+                       ("async_exists", lambda: ckpt.async_save(sd, d, 2, comm=comm, timeout=10).wait(30)),
+                       ("async_older", lambda: ckpt.async_save(sd, d, 1, comm=comm, timeout=10).wait(30))):
+        try:
+            call()
+            out[name] = {"type": None}
+        except ckpt.CkptError as e:
+            out[name] = {"type": type(e).__name__, "code": e.code, "status_code": e.status_code,
+                         "rank": e.rank, "message": e.message}
+    return out
+
+
 def tiers(comm, rank, d):
     """TieredCheckpointer, TP2 x DP2 as 2 nodes x 2 ranks: local saves 2, 4, 6 (replicated),
     global 4; node 1's local dir removed (a fresh node); resume restores local 6 bitwise, node 1's
@@ -188,7 +209,7 @@ def tiers(comm, rank, d):
     return {"why": choice["why"], "fetched": choice["restore"]["fetched_bytes"]}
 
 
-SCENARIOS = {"tiers": tiers, "tp": tp_save_load, "dead_kill": lambda c, r, d: dead_rank(c, r, d, "kill"),
+SCENARIOS = {"causes": causes, "tiers": tiers, "tp": tp_save_load, "dead_kill": lambda c, r, d: dead_rank(c, r, d, "kill"),
              "dead_hang": lambda c, r, d: dead_rank(c, r, d, "hang"),
              "dead_kill1": lambda c, r, d: dead_rank(c, r, d, "kill", victim=1),
              "dies_last": dies_before_last_decision, "async": async_loop, "errors": errors}

@@ -22,16 +22,16 @@ MPIRUN = os.environ.get("MPIRUN", "mpirun --allow-run-as-root --oversubscribe").
 WORLD = mp_worker.WORLD
 
 
-def results(d, scenario):
+def results(d, scenario, world=WORLD):
     out = []
-    for r in range(WORLD):
+    for r in range(world):
         p = os.path.join(d, f"result.{scenario}.{r}.json")
         out.append(json.load(open(p)) if os.path.exists(p) else None)
     return out
 
 
-def run_mpi(scenario, d, timeout=90):
-    cmd = MPIRUN + ["-np", str(WORLD), sys.executable, os.path.join(HERE, "mp_worker.py"), "mpi", scenario, d]
+def run_mpi(scenario, d, timeout=90, np=WORLD):
+    cmd = MPIRUN + ["-np", str(np), sys.executable, os.path.join(HERE, "mp_worker.py"), "mpi", scenario, d]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ)
     return p.returncode, p.stdout + p.stderr
 
@@ -127,6 +127,22 @@ def test_errors_carry_code_rank_phase(launcher, workdir):
     for r in (0, 2, 3):
         assert res[r]["code"] in ("NotFound", "Aborted"), res[r]
         assert "rank 1" in res[r]["message"] and res[r]["phase"], res[r]
+
+
+def test_remote_cause_raises_its_class_under_mpirun_np2(workdir):
+    """Rank 0 fails a save with AlreadyExists / FailedPrecondition (sync and
+    async): rank 1, aborted by it, raises the same class from the typed cause
+    on the wire (its status stays Aborted: .status_code)."""
+    rc, out = run_mpi("causes", workdir, np=2)
+    res = results(workdir, "causes", world=2)
+    assert rc == 0 and all(r and r["ok"] for r in res), (out, res)
+    want = {"exists": "AlreadyExistsError", "older": "FailedPreconditionError",
+            "async_exists": "AlreadyExistsError", "async_older": "FailedPreconditionError"}
+    for case, cls in want.items():
+        for r in (0, 1):
+            got = res[r][case]
+            assert got["type"] == cls and got["code"] == cls[:-5] and got["rank"] == 0, (case, r, got)
+        assert res[1][case]["status_code"] == "Aborted", res[1][case]  # relayed: the class is its cause's
 
 
 def test_survivors_name_the_dead_rank_not_the_store_host(workdir):

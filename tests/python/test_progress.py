@@ -1,6 +1,7 @@
 """Progress of long operations (issue 29 item 5): the Python progress=
 callback, the CLI's JSON progress events with --json (stderr; stdout's JSON
 report unchanged), a single updating line on a terminal, nothing when piped."""
+import glob
 import json
 import os
 import pty
@@ -102,7 +103,13 @@ def test_cli_save_reshard_convert_json_progress(tmp_path):
     _check_events(_events(err), "load")
     out, err = _cli("reshard", src, tmp_path / "tp2", "--to", "tp=2,pp=1,dp=1", "--json")
     assert json.loads(out)["op"] == "reshard"
-    _check_events(_events(err), "reshard")
+    events = _events(err)
+    _check_events(events, "reshard")
+    # Bytes once: the source's shard reads (as the report's bytes_read), not the
+    # destination's read-back or the manifests (it reported 3.1 MB, 3 files).
+    src_h5 = glob.glob(str(src / "iter_*" / "*.h5"))
+    assert events[-1]["files_done"] == len(src_h5), events[-1]
+    assert events[-1]["bytes_done"] == json.loads(out)["bytes_read"], (events[-1], out)
     out, err = _cli("convert", src, tmp_path / "m.pt", "--to", "torch", "--json")
     assert json.loads(out)["op"] == "convert"
     _check_events(_events(err), "convert")
@@ -132,3 +139,55 @@ def test_cli_terminal_shows_one_updating_line(tmp_path):
     assert line.startswith("\r") and "verify read: " in line and "MB/s" in line, repr(line)
     assert line.rstrip("\r\n").count("\n") == 0, f"one updating line, not many: {line!r}"
     assert "done in" in line and line.endswith("\n"), repr(line)
+
+
+def test_python_async_save_progress_reports_the_background_write(tmp_path, monkeypatch):
+    """async_save(progress=): the background drain's writes, op "async_save",
+    the final event (bytes_done == the shard file) when the save is joined."""
+    monkeypatch.setenv("CKPT_PROGRESS_INTERVAL_MS", "1")
+    seen = []
+    h = ckpt.async_save(_state(), tmp_path, 1, progress=seen.append)
+    h.wait(60)
+    _check_events(seen, "async_save")
+    size = os.path.getsize(glob.glob(str(tmp_path / "iter_0000001" / "*.h5"))[0])
+    assert 0.99 * size <= seen[-1]["bytes_done"] and seen[-1]["bytes_done"] >= 10 * (1 << 20), (seen[-1], size)
+    n = len(seen)
+    ckpt.async_save(_state(1024), tmp_path, 2).wait(60)  # no callback: nothing more reported
+    assert len(seen) == n and ckpt.verify(tmp_path)["ok"]
+
+
+def test_cli_diff_json_progress_counts_both_sides(tmp_path):
+    ckpt.save(_state(), tmp_path / "a", 1)
+    ckpt.save(_state(), tmp_path / "b", 2)
+    out, err = _cli("diff", tmp_path / "a", tmp_path / "b", "--json")
+    json.loads(out)  # stdout: the report, unchanged
+    events = _events(err)
+    _check_events(events, "diff")
+    h5 = [os.path.getsize(p) for p in glob.glob(str(tmp_path / "*" / "iter_*" / "*.h5"))]
+    assert events[-1]["files_done"] == 2 and 0.9 * sum(h5) <= events[-1]["bytes_done"] < 2 * sum(h5), (events[-1], h5)
+    out, err = _cli("diff", tmp_path / "a", tmp_path / "b", "--json", "--no-progress")
+    assert err == ""
+
+
+def _per_operation(events):
+    """Events split after each final one: one list per operation."""
+    ops, cur = [], []
+    for e in events:
+        cur.append(e)
+        if e["final"]:
+            ops.append(cur)
+            cur = []
+    assert not cur, f"events after the last final one: {cur}"
+    return ops
+
+
+def test_cli_train_reports_each_save_sync_and_async(tmp_path):
+    for mode, extra in (("save", []), ("async_save", ["--async-save"])):
+        out, err = _cli("train", "--root", tmp_path / mode, "--steps", 4, "--save-every", 2, "--json", *extra)
+        assert json.loads(out.splitlines()[-1])["op"] == "train"  # the summary, unchanged
+        ops = _per_operation(_events(err))
+        assert len(ops) == 2, (mode, ops)  # iterations 2 and 4
+        for events in ops:
+            _check_events(events, mode)
+        h5 = glob.glob(str(tmp_path / mode / "iter_0000004" / "*.h5"))
+        assert ops[-1][-1]["bytes_done"] >= 0.99 * os.path.getsize(h5[0]), (ops[-1][-1], h5)

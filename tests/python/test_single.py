@@ -385,12 +385,19 @@ def test_save_failures_raise_one_class_per_cause_in_python_terms(root, tmp_path)
         ckpt.load(sd, str(tmp_path / "nowhere"))
 
 
-def test_aborted_messages_map_to_the_root_cause():
+def test_aborted_relays_map_to_the_typed_cause_not_the_text():
+    """The class follows the cause code the library passes (Status::cause()),
+    never a "<Code>: " prefix in the message (which used to be parsed)."""
     from ckpt._errors import make_error
-    e = make_error("Aborted", "rank 1 failed: Aborted: rank 2 failed: NotFound: no file 'x'", 0, "save", 2, "plan")
-    assert type(e) is ckpt.NotFoundError and e.message == "rank 1 failed: rank 2 failed: no file 'x'" and e.rank == 2
-    e = make_error("Aborted", "ranks loaded different iterations", 0, "load")
-    assert type(e) is ckpt.AbortedError
+    e = make_error("Aborted", "rank 1 failed: no file 'x'", 0, "save", 2, "plan", "NotFound")
+    assert type(e) is ckpt.NotFoundError and e.code == "NotFound" and e.status_code == "Aborted" and e.rank == 2
+    assert e.message == "rank 1 failed: no file 'x'"
+    e = make_error("Aborted", "rank 1 failed: NotFound: looks like a code", 0, "save", 1, "vote", "Aborted")
+    assert type(e) is ckpt.AbortedError, e  # the text is not a decision
+    e = make_error("Aborted", "load of iter_0000002 failed on rank 1: late", 0, "load", 1, "load", "Timeout")
+    assert type(e) is ckpt.CkptTimeoutError and isinstance(e, TimeoutError)
+    again = pickle.loads(pickle.dumps(e))
+    assert type(again) is ckpt.CkptTimeoutError and again.status_code == "Aborted" and again.rank == 1
 
 
 def test_descriptor_errors():

@@ -236,3 +236,42 @@ def test_tp2_saved_loads_at_tp1(tmp_path):
     ckpt.load_state(ckpt.TorchState(m1, tp=ckpt.TensorParallel(0, 1, rules=rules), rng=False), tmp_path)
     for k, v in full.items():
         assert torch.equal(m1.state_dict()[k], v), k
+
+
+class _Comm:  # rank/size only: TorchState's view of a comm (the descriptors of one rank)
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+
+
+def test_load_at_another_world_size_restores_all_but_the_rng_with_a_warning(tmp_path):
+    """Saved by 2 ranks (both ranks' descriptors in one process), loaded by 1:
+    at world 1 the model, optimizer and extra load and the RNG is left as it is
+    with an RngNotRestoredWarning naming why (at the same world size the RNG
+    loads: test_round_trip_fresh_optimizer_values_and_rng); any other key
+    difference still raises."""
+    torch.manual_seed(3)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    sd = {}
+    for r in range(2):
+        st = ckpt.TorchState(model, opt, extra={"step": 7}, comm=_Comm(r, 2))
+        sd.update({f"{k}@{r}": d for k, d in ckpt.torch_bridge.flat_state(st.sharded_state_dict()).items()})
+    saved_rng = ckpt.torch_bridge.rng_state()["torch"].clone()
+    ckpt.save(sd, tmp_path, 1)
+
+    m1, extra = torch.nn.Linear(4, 3), {"step": 0}
+    o1 = torch.optim.AdamW(m1.parameters(), lr=0.1)
+    torch.manual_seed(99)
+    mine = torch.get_rng_state().clone()
+    with pytest.warns(ckpt.RngNotRestoredWarning, match="saved by 2 ranks, this job has 1"):
+        assert ckpt.load_state(ckpt.TorchState(m1, o1, extra=extra), tmp_path) == 1
+    assert torch.equal(torch.get_rng_state(), mine)  # left as it was
+    assert extra == {"step": 7} and torch.equal(m1.weight, model.weight)
+    assert torch.equal(o1.state[m1.weight]["exp_avg"], opt.state[model.weight]["exp_avg"])
+    # Other differences still raise: a model with an extra parameter.
+    m3 = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    with pytest.warns(ckpt.RngNotRestoredWarning), pytest.raises(ckpt.CkptError):
+        ckpt.load_state(ckpt.TorchState(m3), tmp_path)
+    assert tuple(ckpt.inspect(tmp_path)["objects"]["rng"]["grid"]) == (2,) and not torch.equal(saved_rng, mine)

@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "ckpt/protocol/checkpoint.h"
+#include "reshard/family.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 #include "reshard/megatron_gpt.h"
 #include "support/state_util.h"
 #include "support/test_util.h"
@@ -32,7 +34,8 @@ using Mutate = std::function<void(int rank, workload::GptLocalState&)>;
 
 // Saves the tiny GPT's expected-value state under `spec`, one thread per rank.
 std::string SaveGpt(const std::string& name, const std::string& spec, const Mutate& mutate = {},
-                    Compression comp = Compression::kNone, int64_t chunk_bytes = 4 << 20) {
+                    Compression comp = Compression::kNone, int64_t chunk_bytes = 4 << 20,
+                    const nlohmann::json& metadata = {}) {
   const std::string root = testing::ScratchDir(name);
   auto cfg = reshard::GptPreset("tiny");
   auto pc = ParallelConfig::Parse(spec);
@@ -56,7 +59,7 @@ std::string SaveGpt(const std::string& name, const std::string& spec, const Muta
         o.write.codec.compression = comp;
         o.write.chunk_bytes = chunk_bytes;
         o.layout = reshard::LayoutToJson(*pc);
-        o.metadata = {{"gpt", reshard::GptConfigToJson(*cfg)}};
+        o.metadata = metadata.is_null() ? nlohmann::json{{"gpt", reshard::GptConfigToJson(*cfg)}} : metadata;
         ShardedStateDict sd = state.StateDict();
         return SaveCheckpoint(sd, o).status();
       }();
@@ -115,6 +118,31 @@ TEST(FingerprintTest, SameStateUnderTp4Pp2AndTp2Pp1IsEqual) {
   EXPECT_EQ(ea->canonical_shape, (Shape{1100, 64}));
   EXPECT_EQ(ea->padding_nonzero, 0);
   EXPECT_GT(ea->shards, eb->shards);
+}
+
+// The family recorded as "model": {"family", "config"} (reshard/family.h)
+// decides the canonical rows as the "gpt" key of older checkpoints does.
+TEST(FingerprintTest, ModelFamilyMetadataMakesThePaddedVocabularyCanonical) {
+  const nlohmann::json meta = {
+      {"model", reshard::ModelMetadata(*reshard::MegatronGptFamily(), reshard::GptConfigToJson(*reshard::GptPreset("tiny")))}};
+  const Fingerprint a = Fp(SaveGpt("fp_family_tp4", "tp=4", {}, Compression::kNone, 4 << 20, meta));
+  const Fingerprint b = Fp(SaveGpt("fp_family_tp1", "tp=1", {}, Compression::kNone, 4 << 20, meta));
+  const Fingerprint legacy = Fp(SaveGpt("fp_family_legacy", "tp=2"));
+  EXPECT_EQ(a.digest, b.digest);
+  EXPECT_EQ(a.digest, legacy.digest);
+  const TensorFingerprint* e = Find(a, "embedding.word_embeddings.weight");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->canonical_shape, (Shape{1100, 64}));
+}
+
+// A family the reader does not know could pad anything: no silent fingerprint of the padding.
+TEST(FingerprintTest, UnregisteredModelFamilyIsAnErrorNamingIt) {
+  const std::string root =
+      SaveGpt("fp_family_t5", "tp=1", {}, Compression::kNone, 4 << 20, {{"model", {{"family", "t5"}}}});
+  auto fp = FingerprintCheckpoint(root);
+  ASSERT_EQ(fp.status().code(), Code::kNotFound) << fp.status().ToString();
+  EXPECT_NE(fp.status().message().find("'t5'"), std::string::npos) << fp.status().ToString();
+  EXPECT_NE(fp.status().message().find(root), std::string::npos) << fp.status().ToString();
 }
 
 TEST(FingerprintTest, OneUlpChangeOfOneElementIsFoundByDiff) {

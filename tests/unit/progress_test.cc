@@ -128,5 +128,27 @@ TEST(ProgressTest, MeterEnvCountsBytesAndEachDataFileOnce) {
   EXPECT_EQ(reads.files_done(), 1);
 }
 
+// reshard's meter: only the source's data files count (not the destination it
+// reads back, nor manifests), so its bytes are reported once.
+TEST(ProgressTest, MeterEnvCountsOnlyUnderADirectory) {
+  const std::string dir = testing::ScratchDir("progress_meter_under");
+  Progress reads("reshard");
+  MeterEnv env(DefaultEnv(), &reads, /*count_reads=*/true, /*count_writes=*/false, ".h5");
+  env.CountOnlyUnder(JoinPath(dir, "src") + "/");
+  std::vector<std::byte> data(1000, std::byte{1});
+  for (const char* name : {"src/x.h5", "src/manifest.json", "src2/y.h5", "dst/x.h5"}) {
+    const std::string path = JoinPath(dir, name);
+    DefaultEnv()->CreateDir(path.substr(0, path.rfind('/'))).IgnoreError();  // present after the first
+    auto w = DefaultEnv()->OpenFile(path, OpenMode::kCreate);
+    ASSERT_TRUE(w.ok() && (*w)->PWrite(0, data).ok() && (*w)->Close().ok());
+    auto f = env.OpenFile(path, OpenMode::kRead);
+    ASSERT_TRUE(f.ok());
+    std::vector<std::byte> buf(1000);
+    ASSERT_TRUE((*f)->PRead(0, buf).ok());
+  }
+  EXPECT_EQ(reads.bytes_done(), 1000);  // src/x.h5 only ("src2" is not under "src")
+  EXPECT_EQ(reads.files_done(), 1);
+}
+
 }  // namespace
 }  // namespace ckpt

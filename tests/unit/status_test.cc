@@ -62,6 +62,34 @@ TEST(StatusWireTest, TypedFieldsRoundTrip) {
   EXPECT_EQ(none.phase(), "");
 }
 
+// A relayed failure keeps its cause's code as a typed field (Status::cause()),
+// through context, origin and the wire: Python picks the exception class from
+// it, never from the "<CodeName>: " text of the message.
+TEST(StatusWireTest, CauseCodeIsATypedFieldOnTheWire) {
+  EXPECT_EQ(Status::NotFound("x").cause(), Code::kNotFound);  // its own cause
+  const Status relay = Status(Code::kAborted, "rank 0 failed: iteration 2 exists", 0, "begin")
+                           .WithCause(Code::kAlreadyExists)
+                           .WithContext("save iter 2")
+                           .At(1, "plan");
+  EXPECT_EQ(relay.code(), Code::kAborted);
+  EXPECT_EQ(relay.cause(), Code::kAlreadyExists);
+  EXPECT_EQ(relay.origin_rank(), 0);
+  const Status back = DecodeStatus(EncodeStatus(relay));
+  EXPECT_EQ(back.code(), Code::kAborted);
+  EXPECT_EQ(back.cause(), Code::kAlreadyExists);
+  EXPECT_EQ(back.message(), relay.message());
+  // A cause is read from the field only: a message that looks like another code stays what the field says.
+  const Status text = DecodeStatus(EncodeStatus(Status(Code::kAborted, "NotFound: a message", 1, "vote")));
+  EXPECT_EQ(text.cause(), Code::kAborted);
+  // Relayed again by a rank that gathers every rank's outcome: the cause survives.
+  auto all = DecodeOutcomes({EncodeOutcome("a"), EncodeFailure(relay)}, "p");
+  EXPECT_EQ(all.status().cause(), Code::kAlreadyExists);
+  std::string bad_cause = EncodeStatus(relay);
+  bad_cause[2] = char(200);
+  EXPECT_EQ(DecodeStatus(bad_cause).code(), Code::kInternal);
+  EXPECT_TRUE(Status::Ok().WithCause(Code::kNotFound).ok());
+}
+
 TEST(StatusWireTest, CheckedDecodingOfGarbage) {
   std::string wire = EncodeStatus(Status(Code::kIOError, "m", 1, "phase"));
   for (size_t n = 0; n < 10; ++n) EXPECT_EQ(DecodeStatus(wire.substr(0, n)).code(), Code::kInternal) << n;
