@@ -38,6 +38,12 @@ Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root) {
   return storage;
 }
 
+Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& root) {
+  StorageOptions opts;
+  if (UrlScheme(root) == "file") opts.env = env;  // a URL root lists through its backend's own Env
+  return OpenStorage(root, opts);
+}
+
 Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,
                                                    const StepHook& hook, bool allow_older) {
   CKPT_RETURN_IF_ERROR(RunHook(hook, "begin", 0));

@@ -26,6 +26,11 @@ namespace ckpt {
 // other paths or another Env than the protocol would (file://, mem://):
 // refused until the protocol takes root() and env() from the Storage.
 Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root);
+// Opens `root` for the tracker and the listing only (they go through the
+// Storage alone, never through the protocol's paths), so any registered
+// scheme works: a plain path or file:// root with IO through `env`, another
+// URL (s3://, mem://) through its backend's own Env.
+Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& root);
 
 // Runs "begin", checks the iteration's range, stages the save
 // (Storage::Stage: creates root if needed, deletes abandoned saves' staging

@@ -440,7 +440,7 @@ std::string RootHint(Env* env, const std::string& root) {
 }
 
 Result<int64_t> ReadTracker(Env* env, const std::string& root) {
-  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRootToList(env, root));
   Result<int64_t> tracked = storage->ReadTracker();
   if (tracked.status().code() == Code::kNotFound)
     return Status::NotFound(tracked.status().message() + RootHint(storage->env(), root));
@@ -448,7 +448,7 @@ Result<int64_t> ReadTracker(Env* env, const std::string& root) {
 }
 
 Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root) {
-  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRootToList(env, root));
   return storage->ListIterations();
 }
 

@@ -22,6 +22,7 @@
 #include "ckpt/base/timeout.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/protocol/retention.h"
+#include "ckpt/storage/s3/s3_storage.h"
 
 namespace ckpt::py {
 namespace {
@@ -222,7 +223,7 @@ pyb::dict FingerprintOf(const std::string& root, int64_t iteration, const pyb::o
 }
 
 // Committed iterations under root, ascending (ListIterations: a root that
-// does not exist holds none).
+// does not exist holds none). root may be any registered URL (s3://...).
 std::vector<int64_t> ListIterationsOf(const std::string& root) {
   return RunWithoutGil([&] { return ListIterations(DefaultEnv(), root); }, 0, "list_iterations");
 }
@@ -283,6 +284,8 @@ double CommBench(const std::shared_ptr<CommHandle>& h, const std::string& op, in
 
 PYBIND11_MODULE(_ckpt, m) {
   m.doc() = "ckpt C++ library binding (use the ckpt package, not this module)";
+  // The binding is an edge: s3:// roots open here (AWS_* read at each open).
+  if (Status st = s3::RegisterS3Scheme(); !st.ok()) throw StatusError(st, 0, "import");
   pyb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
