@@ -63,15 +63,13 @@ TEST(StaleLeaseTest, SameHostAndPidNeverDecide) {
   ASSERT_GT(dead_owner, 0);
   Kill(dead_owner);  // the node died mid-save: the kernel drops its lease
 
-  std::unique_ptr<DirLock> lease6;
-  auto tmp6 = PrepareSaveDir(DefaultEnv(), root, 6, nullptr, &lease6);
+  auto tmp6 = PrepareSaveDir(DefaultEnv(), root, 6, nullptr);  // the StagedSave holds the lease
   ASSERT_TRUE(tmp6.ok()) << tmp6.status().ToString();
   EXPECT_TRUE(fs::exists(live)) << "a live save of another node was removed";
   EXPECT_FALSE(fs::exists(dead)) << "a dead save was kept";
 
   // A second save of the live one's iteration is refused, naming its owner.
-  std::unique_ptr<DirLock> lease5;
-  auto tmp5 = PrepareSaveDir(DefaultEnv(), root, 5, nullptr, &lease5);
+  auto tmp5 = PrepareSaveDir(DefaultEnv(), root, 5, nullptr);  // the StagedSave holds the lease
   ASSERT_FALSE(tmp5.ok());
   EXPECT_EQ(tmp5.status().code(), Code::kAlreadyExists) << tmp5.status().ToString();
   EXPECT_NE(tmp5.status().message().find("pid " + std::to_string(::getpid())), std::string::npos)
@@ -80,11 +78,10 @@ TEST(StaleLeaseTest, SameHostAndPidNeverDecide) {
   // Once that node is gone too, the next save removes its tmp dir, and
   // leaves alone the one this process still holds (same host, same pid).
   Kill(live_owner);
-  std::unique_ptr<DirLock> lease7;
-  auto tmp7 = PrepareSaveDir(DefaultEnv(), root, 7, nullptr, &lease7);
+  auto tmp7 = PrepareSaveDir(DefaultEnv(), root, 7, nullptr);  // the StagedSave holds the lease
   ASSERT_TRUE(tmp7.ok()) << tmp7.status().ToString();
   EXPECT_FALSE(fs::exists(live)) << "a dead save was kept";
-  EXPECT_TRUE(fs::exists(*tmp6)) << "this process's own live save was removed";
+  EXPECT_TRUE(fs::exists((*tmp6)->dir())) << "this process's own live save was removed";
   fs::remove_all(root);
 }
 
