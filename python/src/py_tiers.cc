@@ -32,17 +32,24 @@ LocalTierOptions TierOpts(const std::string& dir, int ranks_per_node, int replic
 
 int RankOf(const LocalTierOptions& o) { return o.comm ? o.comm->rank() : 0; }
 
+// Runs a collective tier call with the GIL released (other Python threads go
+// on) and turns its failure into the Python exception of its cause.
+template <class Call>
+auto WithoutGil(int rank, const char* what, Call&& call) {
+  decltype(call()) r = Status::Internal("not run");
+  {
+    pyb::gil_scoped_release nogil;
+    r = call();
+  }
+  return Value(std::move(r), rank, what);
+}
+
 pyb::dict LocalSaveOf(const pyb::list& tensors, const pyb::list& objects, int64_t iteration, const std::string& dir,
                       int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm, double timeout_s,
                       const std::string& layout) {
   LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
   ShardedStateDict sd = StateOf(tensors, objects, RankOf(o), "local save");
-  Result<LocalSaveStats> r = Status::Internal("not run");
-  {
-    pyb::gil_scoped_release nogil;
-    r = LocalSave(sd, iteration, o);
-  }
-  LocalSaveStats st = Value(std::move(r), RankOf(o), "local save");
+  LocalSaveStats st = WithoutGil(RankOf(o), "local save", [&] { return LocalSave(sd, iteration, o); });
   pyb::dict d;
   d["iteration"] = st.iteration;
   d["own_bytes"] = st.own_bytes;
@@ -59,12 +66,7 @@ pyb::dict LocalSaveOf(const pyb::list& tensors, const pyb::list& objects, int64_
 pyb::dict ChooseTierOf(const std::string& dir, int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm,
                        double timeout_s, const std::string& layout, const std::string& global_root) {
   LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
-  Result<TierChoice> r = Status::Internal("not run");
-  {
-    pyb::gil_scoped_release nogil;
-    r = ChooseResumeTier(o, global_root);
-  }
-  TierChoice c = Value(std::move(r), RankOf(o), "choose tier");
+  TierChoice c = WithoutGil(RankOf(o), "choose tier", [&] { return ChooseResumeTier(o, global_root); });
   pyb::dict d;
   d["tier"] = c.tier;
   d["iteration"] = c.iteration;
@@ -79,12 +81,7 @@ pyb::tuple LocalRestoreOf(const pyb::list& tensors, const pyb::list& objects, in
                           const std::string& layout) {
   LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
   ShardedStateDict sd = StateOf(tensors, objects, RankOf(o), "local restore");
-  Result<LocalRestoreStats> r = Status::Internal("not run");
-  {
-    pyb::gil_scoped_release nogil;
-    r = LocalRestore(sd, iteration, o);
-  }
-  LocalRestoreStats st = Value(std::move(r), RankOf(o), "local restore");
+  LocalRestoreStats st = WithoutGil(RankOf(o), "local restore", [&] { return LocalRestore(sd, iteration, o); });
   pyb::dict d;
   d["iteration"] = st.iteration;
   d["fetched_bytes"] = st.fetched_bytes;

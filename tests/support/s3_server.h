@@ -14,9 +14,13 @@
 // installed or cannot start here; tests GTEST_SKIP with it.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -59,6 +63,40 @@ class FaultProxy {
  private:
   std::string endpoint_;
   pid_t pid_ = -1;
+};
+
+// Seeded pseudo-random bytes: payloads whose every byte a test can check.
+inline std::vector<std::byte> Pattern(size_t n, uint32_t seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<std::byte>(rng() & 0xff);
+  return v;
+}
+
+// gtest fixture base: one server of kind K per test suite, started before the
+// suite's first test and stopped after its last; every test skips with the
+// reason when the server cannot start here (or when a derived suite's own
+// set-up set skip_reason_).
+template <S3TestServer::Kind K>
+class S3ServerSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto s = S3TestServer::Start(K);
+    if (!s.ok()) {
+      skip_reason_ = new std::string(s.status().ToString());
+      return;
+    }
+    server_ = std::move(s).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (!server_ || skip_reason_) GTEST_SKIP() << *skip_reason_;
+  }
+  static inline S3TestServer* server_ = nullptr;
+  static inline std::string* skip_reason_ = nullptr;
 };
 
 }  // namespace ckpt::testing

@@ -17,34 +17,13 @@ namespace ckpt::s3 {
 namespace {
 
 using testing::FaultProxy;
+using testing::Pattern;
 using testing::S3TestServer;
 
 constexpr const char* kBucket = "ckpt-test";
 
-std::vector<std::byte> Pattern(size_t n, uint32_t seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng() & 0xff);
-  return v;
-}
-
-class S3ClientTest : public ::testing::Test {
+class S3ClientTest : public testing::S3ServerSuite<S3TestServer::Kind::kS3rver> {
  protected:
-  static void SetUpTestSuite() {
-    auto s = S3TestServer::Start(S3TestServer::Kind::kS3rver);
-    if (!s.ok()) {
-      skip_reason_ = new std::string(s.status().ToString());
-      return;
-    }
-    server_ = std::move(s).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    if (!server_) GTEST_SKIP() << *skip_reason_;
-  }
   // A client with short timeouts so fault tests stay fast.
   static S3Config FastConfig(const std::string& endpoint) {
     S3Config c = server_->Config();
@@ -54,11 +33,7 @@ class S3ClientTest : public ::testing::Test {
     c.backoff_base = std::chrono::milliseconds(10);
     return c;
   }
-  static S3TestServer* server_;
-  static std::string* skip_reason_;
 };
-S3TestServer* S3ClientTest::server_ = nullptr;
-std::string* S3ClientTest::skip_reason_ = nullptr;
 
 TEST(S3Config, ParsesUrlsAndEncodesKeys) {
   auto u = S3Url::Parse("s3://bucket/run1/sub/");

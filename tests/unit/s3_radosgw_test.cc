@@ -21,41 +21,20 @@ namespace ckpt::s3 {
 namespace {
 
 using testing::FaultProxy;
+using testing::Pattern;
 using testing::S3TestServer;
 
 constexpr const char* kBucket = "ckpt-rgw";
 
-std::vector<std::byte> Pattern(size_t n, uint32_t seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng() & 0xff);
-  return v;
-}
-
-class RadosgwTest : public ::testing::Test {
+class RadosgwTest : public testing::S3ServerSuite<S3TestServer::Kind::kRadosgw> {
  protected:
   static void SetUpTestSuite() {
-    auto s = S3TestServer::Start(S3TestServer::Kind::kRadosgw);
-    if (!s.ok()) {
-      skip_reason_ = new std::string(s.status().ToString());
-      return;
-    }
-    server_ = std::move(s).value().release();
+    S3ServerSuite::SetUpTestSuite();
+    if (!server_) return;
     Status st = S3Client(server_->Config()).CreateBucket(kBucket);
     if (!st.ok()) skip_reason_ = new std::string("radosgw started but bucket creation failed: " + st.ToString());
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    if (!server_ || skip_reason_) GTEST_SKIP() << *skip_reason_;
-  }
-  static S3TestServer* server_;
-  static std::string* skip_reason_;
 };
-S3TestServer* RadosgwTest::server_ = nullptr;
-std::string* RadosgwTest::skip_reason_ = nullptr;
 
 TEST_F(RadosgwTest, WrongSecretIsRefusedAndNotPrinted) {
   S3Config bad = server_->Config();

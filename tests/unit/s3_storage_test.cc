@@ -17,31 +17,14 @@
 namespace ckpt::s3 {
 namespace {
 
+using testing::Pattern;
 using testing::S3TestServer;
 
-std::vector<std::byte> Pattern(size_t n, uint32_t seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng() & 0xff);
-  return v;
-}
-
-class S3StorageTest : public ::testing::Test {
+class S3StorageTest : public testing::S3ServerSuite<S3TestServer::Kind::kS3rver> {
  protected:
-  static void SetUpTestSuite() {
-    auto s = S3TestServer::Start(S3TestServer::Kind::kS3rver);
-    if (!s.ok()) {
-      skip_reason_ = new std::string(s.status().ToString());
-      return;
-    }
-    server_ = std::move(s).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   void SetUp() override {
-    if (!server_) GTEST_SKIP() << *skip_reason_;
+    S3ServerSuite::SetUp();
+    if (IsSkipped()) return;
     spool_ = testing::ScratchDir("s3spool");
   }
   std::unique_ptr<Storage> Open(const std::string& url, std::chrono::milliseconds ttl = std::chrono::hours(1)) {
@@ -60,12 +43,8 @@ class S3StorageTest : public ::testing::Test {
     CKPT_RETURN_IF_ERROR(f->Sync());
     return f->Close();
   }
-  static S3TestServer* server_;
-  static std::string* skip_reason_;
   std::string spool_;
 };
-S3TestServer* S3StorageTest::server_ = nullptr;
-std::string* S3StorageTest::skip_reason_ = nullptr;
 
 TEST_F(S3StorageTest, PublishIsTheManifestObjectAndReadsFollowIt) {
   auto s = Open("s3://ckpt-test/st1");
