@@ -20,5 +20,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-# The S3 test servers (s3rver from npm, Ceph radosgw from Debian).
-bash "$(dirname "$0")/install_s3_servers.sh"
+# The S3 test servers (s3rver from npm, Ceph radosgw from Debian). Test tools only: where a
+# registry is out of reach the build goes on and the S3 tests report SKIPPED with the reason.
+if ! bash "$(dirname "$0")/install_s3_servers.sh"; then
+  echo "warning: the S3 test servers were not installed; the S3 tests will be skipped" >&2
+fi
