@@ -8,8 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/protocol/checkpoint.h"
-
 namespace ckpt::cli {
 namespace {
 
@@ -66,40 +64,15 @@ bool StderrIsStdout() {
 
 CliProgress::CliProgress(std::string op, bool json, bool off, int rank, Env* target, bool count_writes,
                          std::string file_suffix, bool start)
-    : target_(target), progress_(std::move(op)) {
+    : ProgressSession(std::move(op), target) {
   if (off || rank != 0) return;
-  if (json && !StderrIsStdout()) sink_ = std::make_unique<JsonLinesSink>();
+  std::unique_ptr<ProgressSink> sink;
+  if (json && !StderrIsStdout()) sink = std::make_unique<JsonLinesSink>();
   else if (json) return;  // merged into the JSON document's stream: keep stdout parseable
-  else if (isatty(STDERR_FILENO)) sink_ = std::make_unique<TerminalSink>();
+  else if (isatty(STDERR_FILENO)) sink = std::make_unique<TerminalSink>();
   else return;  // piped: quiet
-  progress_.SetPhase(count_writes ? "write" : "read");  // what the byte counts measure
-  meter_ = std::make_unique<MeterEnv>(target, &progress_, !count_writes, count_writes, std::move(file_suffix));
+  Attach(std::move(sink), count_writes, std::move(file_suffix));
   if (start) Start();
-}
-
-void CliProgress::Start() {
-  if (meter_ && !reporter_)
-    reporter_ = std::make_unique<ProgressReporter>(&progress_, sink_.get(), ProgressIntervalFromEnvironment());
-}
-
-void CliProgress::SetTotalsFromManifest(const std::string& root, int64_t iteration) {
-  SetTotalsFromManifests({{root, iteration}});
-}
-
-void CliProgress::SetTotalsFromManifests(const std::vector<std::pair<std::string, int64_t>>& iterations) {
-  if (!active()) return;
-  int64_t bytes = 0, files = 0;
-  for (const auto& [root, iteration] : iterations) {
-    auto m = ReadManifest(target_, root, iteration);  // unmetered; an error is the command's to report
-    if (!m.ok()) return;
-    for (const ManifestFile& f : m->files) bytes += int64_t(f.size);
-    files += int64_t(m->files.size());
-  }
-  SetTotals(bytes, files);
-}
-
-void CliProgress::Finish() {
-  if (reporter_) reporter_->Finish();
 }
 
 }  // namespace ckpt::cli

@@ -44,33 +44,17 @@ class CallbackSink final : public ProgressSink {
 
 PyProgress::PyProgress(const pyb::object& callback, std::string op, Env* target, bool count_writes,
                        std::string file_suffix)
-    : target_(target), progress_(std::move(op)) {
+    : ProgressSession(std::move(op), target) {
   if (callback.is_none()) return;
   if (!PyCallable_Check(callback.ptr())) throw pyb::type_error("ckpt: progress must be a callable or None");
-  sink_ = std::make_unique<CallbackSink>(callback);
-  progress_.SetPhase(count_writes ? "write" : "read");  // what the byte counts measure
-  meter_ = std::make_unique<MeterEnv>(target, &progress_, !count_writes, count_writes, std::move(file_suffix));
-  reporter_ = std::make_unique<ProgressReporter>(&progress_, sink_.get(), ProgressIntervalFromEnvironment());
+  Attach(std::make_unique<CallbackSink>(callback), count_writes, std::move(file_suffix));
+  Start();
 }
 
 PyProgress::~PyProgress() {
-  if (!reporter_) return;
+  if (!reporting()) return;
   pyb::gil_scoped_release nogil;  // an exception unwound past Finish: join without holding the GIL
-  reporter_.reset();
-  sink_.reset();
-}
-
-void PyProgress::SetTotalsFromManifest(const std::string& root, int64_t iteration) {
-  if (!active()) return;
-  auto m = ReadManifest(target_, root, iteration);
-  if (!m.ok()) return;  // the operation reports the error
-  int64_t bytes = 0;
-  for (const ManifestFile& f : m->files) bytes += int64_t(f.size);
-  SetTotals(bytes, int64_t(m->files.size()));
-}
-
-void PyProgress::Finish() {
-  if (reporter_) reporter_->Finish();
+  Detach();
 }
 
 }  // namespace ckpt::py

@@ -16,29 +16,18 @@
 #include <string>
 
 #include "py_state.h"
-#include "ckpt/base/progress.h"
+#include "ckpt/protocol/progress_session.h"
 
 namespace ckpt::py {
 
-class PyProgress {
+// The session (ProgressSession) reporting to a Python callable.
+class PyProgress : public ProgressSession {
  public:
   // callback None: inactive (env() is target, nothing is counted).
   PyProgress(const pyb::object& callback, std::string op, Env* target, bool count_writes,
              std::string file_suffix = ".h5");
   ~PyProgress();
-  Env* env() const { return meter_ ? meter_.get() : target_; }
-  bool active() const { return meter_ != nullptr; }
-  void SetTotals(int64_t bytes, int64_t files) { progress_.SetTotals(bytes, files); }
-  // Totals from an iteration's manifest (-1: the latest); unreadable: unknown.
-  void SetTotalsFromManifest(const std::string& root, int64_t iteration);
-  void Finish();  // without the GIL
-
- private:
-  Env* target_;
-  Progress progress_;
-  std::unique_ptr<ProgressSink> sink_;
-  std::unique_ptr<MeterEnv> meter_;
-  std::unique_ptr<ProgressReporter> reporter_;
+  // Finish() (ProgressSession) is called without the GIL: it joins the reporter, which takes it.
 };
 
 }  // namespace ckpt::py
