@@ -9,10 +9,12 @@
    interleaved (CLI, Python, CLI, ...) so machine load hits both alike.
    The binding copies nothing, so the ratio Python/CLI should be >= 0.9.
 2. async_save blocking time vs one contiguous memcpy of the same bytes
-   (MedianStateMemcpySeconds, the baseline the C++ bench uses).
+   (MedianStateMemcpySeconds, the baseline the C++ bench uses; ckpt_lab).
 3. control-plane latency per collective: ckpt.MpiComm under mpirun vs
    ckpt.TorchComm (c10d store) under torch.multiprocessing + gloo, and gloo's
    own barrier / all_gather_object for reference.
+The timing helpers are the harness module ckpt_lab (harness/lab/py_lab.cc,
+built next to the package in build/python, never installed).
 
   PYTHONPATH=build/python /usr/bin/python3 bench/python_api.py [--build build]
 Writes bench/out/python_api.jsonl and prints a summary.
@@ -38,6 +40,7 @@ def cli_json(ckpt_bin, *args):
 def io_bench(a, emit):
     import torch
     import ckpt
+    import ckpt_lab  # the harness's benchmark module (harness/lab/py_lab.cc), build tree only
     from ckpt import _api
     d = a.dir
     shutil.rmtree(d, ignore_errors=True)
@@ -77,7 +80,7 @@ def io_bench(a, emit):
         h = ckpt.async_save(sd, os.path.join(d, "async"), rep + 1, chunk_bytes=a.chunk_kb * 1024)
         blocking.append(h.start_stats["snapshot_seconds"])
         h.wait()
-    memcpy = ckpt._ckpt.memcpy_seconds(entries, 5)
+    memcpy = ckpt_lab.memcpy_seconds(entries, 5)
     steady = statistics.median(blocking[1:])
     emit({"bench": "python_api_async", "bytes": nbytes, "first_blocking_seconds": blocking[0],
           "blocking_seconds_median": steady, "memcpy_seconds_median": memcpy,
@@ -89,11 +92,12 @@ OPS = ["barrier", "gather", "broadcast", "allgather", "alltoall"]
 
 
 def comm_rows(comm, reps, kind):
-    import ckpt
+    import ckpt  # noqa: F401 (ckpt_lab takes its Comm handles)
+    import ckpt_lab
     rows = []
     for op in OPS:
         for size in (8, 65536):
-            s = ckpt._ckpt.comm_bench(comm._handle, op, reps if size == 8 else max(5, reps // 4), size, 60.0)
+            s = ckpt_lab.comm_bench(comm._handle, op, reps if size == 8 else max(5, reps // 4), size, 60.0)
             rows.append({"bench": "python_api_comm", "comm": kind, "op": op, "bytes": size,
                          "ranks": comm.size, "us_per_call": s * 1e6})
     return rows

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Local tier figures (issue 33 item 5), one run on one state: `bench/tiers.py [--ckpt BIN]`.
+"""Local tier figures (issue 33 item 5), one run on one state: `bench/tiers.py [--ckpt CKPT_LAB]`.
 
 A 2-node x 2-rank job (nodes simulated by rank groups, --ranks-per-node 2) trains to iteration 8
 with local saves every 2 (node dirs in tmpfs, /dev/shm: node-local RAM/NVMe stand-in) and
@@ -22,7 +22,8 @@ import subprocess
 import tempfile
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--ckpt", default=os.path.join(os.path.dirname(__file__), "../build/cli/ckpt"))
+ap.add_argument("--ckpt", default=os.path.join(os.path.dirname(__file__), "../build/harness/lab/ckpt-lab"),
+                help="ckpt-lab (the runs use its harness switches --kill-at and --faults)")
 ap.add_argument("--model", default="tiny")
 ap.add_argument("--campaign", action="store_true",
                 help="also: a real crash (faults 'action=crash') of rank 2 at each step of the local save of "

@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/gpt_job.h"
 #include "cli/progress.h"
-#include "tests/testing/negative_controls.h"
+#include "cli/harness_seam.h"
 
 namespace ckpt::cli {
 namespace {
@@ -52,7 +52,8 @@ Result<convert::ConvertStats> Run(const ConvertFlags& f, CliProgress* p) {
       p->SetTotals(bytes, files);
     }
     o.env = p->env();
-    if (!f.negative_control.empty() && !(o.links_hook = testing::ConvertNegativeControl(f.negative_control)))
+    if (!f.negative_control.empty() && !Harness().convert_links) return NoHarness("--negative-control");
+    if (!f.negative_control.empty() && !(o.links_hook = Harness().convert_links(f.negative_control)))
       return Status::InvalidArgument("--negative-control '" + f.negative_control + "' (known: naive-qkv, swap-gate-up)");
     return convert::ImportHfLlama(o);
   }

@@ -8,8 +8,8 @@
 
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
-#include "faults/fault_env.h"
 #include "cli/commands.h"
+#include "cli/harness_seam.h"
 #include "cli/progress.h"
 #include "cli/job_flags.h"
 
@@ -177,12 +177,13 @@ Status RunLoad(const JobFlags& f) {
   progress.SetTotals(sd->TotalBytes(), 0);
   LoadOptions lo = l.o;
   lo.env = progress.env();
-  std::unique_ptr<faults::FaultEnv> fenv;  // --faults: the plan's env points, under the progress count
+  FaultedEnv faulted;  // --faults (ckpt-lab): the plan's env points, under the progress count
   if (!f.faults.empty()) {
-    auto plan = faults::ParseFaultPlan(f.faults);
-    if (!plan.ok()) return Fail("load", j.rank(), plan.status());
-    fenv = std::make_unique<faults::FaultEnv>(lo.env, faults::FaultEnv::Options{j.rank(), *plan, f.root, -1, {}, {}, false});
-    lo.env = fenv.get();
+    if (!Harness().fault_env) return Fail("load", j.rank(), NoHarness("--faults"));
+    auto fe = Harness().fault_env(lo.env, FaultRequest{f.faults, j.rank(), f.root, ""});
+    if (!fe.ok()) return Fail("load", j.rank(), fe.status());
+    faulted = std::move(fe).value();
+    lo.env = faulted.env.get();
   }
   auto r = LoadCheckpoint(*sd, lo);
   progress.Finish();

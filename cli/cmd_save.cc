@@ -10,9 +10,8 @@
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
-#include "faults/fault_env.h"
-#include "faults/fault_spec.h"
 #include "cli/commands.h"
+#include "cli/harness_seam.h"
 #include "cli/progress.h"
 #include "cli/job_flags.h"
 #include "reshard/gpt_config_json.h"
@@ -158,18 +157,15 @@ Status RunSave(const JobFlags& f) {
   CKPT_RETURN_IF_ERROR(j.comm->Barrier(o.timeout, "start"));
   ResetMpiArrivalLags();  // this save's gathers only
   const auto t0 = Clock::now();
-  std::unique_ptr<faults::FaultEnv> fenv;  // --faults: the fault plan's Env and step hook
+  FaultedEnv faulted;  // --faults (ckpt-lab): the fault plan's Env and step hook
   SaveOptions fo = o;
   if (!f.faults.empty()) {
-    auto plan = faults::ParseFaultPlan(f.faults);
-    if (!plan.ok()) return Fail("save", j.rank(), plan.status());
-    faults::FaultEnv::Options fopts;
-    fopts.rank = j.rank();
-    fopts.plan = *plan;
-    fopts.root = f.root;
-    fenv = std::make_unique<faults::FaultEnv>(DefaultEnv(), std::move(fopts));
-    fo.env = fenv.get();
-    fo.hook = fenv->Hook();
+    if (!Harness().fault_env) return Fail("save", j.rank(), NoHarness("--faults"));
+    auto fe = Harness().fault_env(DefaultEnv(), FaultRequest{f.faults, j.rank(), f.root, ""});
+    if (!fe.ok()) return Fail("save", j.rank(), fe.status());
+    faulted = std::move(fe).value();
+    fo.env = faulted.env.get();
+    fo.hook = faulted.hook;
   }
   // Rank 0's own writes; the total is its raw tensor bytes (an estimate: HDF5 metadata, compression).
   CliProgress progress("save", f.json, f.no_progress, j.rank(), fo.env ? fo.env : DefaultEnv(),

@@ -1,9 +1,10 @@
 // ckpt train: the deterministic training workload (ckpt/workload/) as a real
 // multi-rank job under mpirun. Loop, schedule and summary are library code
 // (ckpt/workload/train_loop.h); this file starts the job (MPI, layout, model,
-// workload, saver: cli/train_saver.h) and prints. Its options, the hidden
-// developer switches included (negative controls, a kill after a save, a NaN
-// fault): cli/flags_jobs.cc; --exit-signal-handler: ckpt/workload/exit_signal.h.
+// workload, saver: cli/train_saver.h) and prints. Its options:
+// cli/flags_jobs.cc; the harness switches (negative controls, a kill after a
+// save, a NaN fault) only in ckpt-lab: harness/lab/lab_flags.cc;
+// --exit-signal-handler: ckpt/workload/exit_signal.h.
 #include <algorithm>
 #include <chrono>
 #include <csignal>

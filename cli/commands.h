@@ -6,7 +6,8 @@
 // Parsing (CLI11) lives apart, in cli/flags_*.cc (cli/flags.h): CLI11 is
 // header-only and costs ~10 s of compile time in every file that includes it,
 // so only those files and main.cc do. The work is done by the libraries.
-// save/load: cli/job_flags.h; faults/train: cli/job_commands.h.
+// save/load: cli/job_flags.h; train: cli/job_commands.h; the harness's
+// commands (faults, scenario): harness/lab/lab_commands.h (ckpt-lab).
 #pragma once
 
 #include <cstdint>
@@ -126,8 +127,5 @@ struct ConvertFlags {
 Status RunConvert(const ConvertFlags& f);  // cmd_convert.cc
 
 Status RunGpu(bool as_json);  // cmd_gpu.cc
-
-// Runs scripts/harness/scenario_runner.py with every argument after "scenario".
-Status RunScenario(const std::vector<std::string>& args);  // cmd_scenario.cc
 
 }  // namespace ckpt::cli

@@ -12,17 +12,12 @@ namespace {
 constexpr const char* kIterLatest =
     "iteration (default: the latest: the newest committed one at or above the tracker's)";
 
-// --root, --layout, --timeout-ms, --json, --no-progress, --bucket-elems, and the hidden
-// developer switches --naive-fc1 and --naive-layer-offset of save and load.
+// --root, --layout, --timeout-ms, --json, --no-progress and --bucket-elems of save and
+// load (ckpt-lab adds --naive-fc1, --naive-layer-offset and --faults: harness/lab/lab_flags.cc).
 void AddCommon(CLI::App* cmd, JobFlags* f) {
   cmd->add_option("--root", f->root, "checkpoint root directory")->required();
   cmd->add_option("--layout", f->layout, "this job's layout, e.g. tp=4,pp=2,dp=1 (world = tp*cp*dp*pp)");
   AddTimeoutMs(cmd, &f->timeout_ms, "deadline of every collective: how long a silent rank is waited for");
-  // DEVELOPER ONLY (hidden from --help): a negative control from the testing library.
-  cmd->add_flag("--naive-fc1", f->naive_fc1,
-                "NEGATIVE CONTROL (tests only): register SwiGLU fc1 as a plain axis-0 slice")->group("");
-  cmd->add_flag("--naive-layer-offset", f->naive_layer_offset,
-                "NEGATIVE CONTROL (tests only): key layers by a contiguous offset, ignoring VPP")->group("");
   AddJsonFlags(cmd, &f->json, &f->no_progress, "print the summary as JSON");
   cmd->add_option("--bucket-elems", f->bucket_elems,
                   "DDP bucket size in elements for the optimizer layout (0: one bucket per buffer)");
@@ -64,7 +59,7 @@ void RegisterVerify(CLI::App& app, Status* outcome) {
   cmd->callback([=]() { *outcome = RunVerify(*f); });
 }
 
-void RegisterSave(CLI::App& app, Status* outcome) {
+std::shared_ptr<JobFlags> RegisterSave(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("save", "Save a GPT model state from a multi-rank job (run under mpirun)");
   auto f = std::make_shared<JobFlags>();
   AddCommon(cmd, f.get());
@@ -83,8 +78,6 @@ void RegisterSave(CLI::App& app, Status* outcome) {
   cmd->add_flag("--buffered-io", f->buffered_io,
                 "write shard files through the page cache, chunks packed (the default with CKPT_DIRECT_IO=0)")
       ->excludes(direct);
-  cmd->add_option("--faults", f->faults, "fault plan for this save (faults/fault_spec.h), e.g. "
-                  "'point=env.pwrite rank=2 action=delay ms=50' for a slow writer");
   cmd->add_flag("--allow-older", f->allow_older,
                 "save below the newest iteration under the root (refused by default: 'latest' would still pick it)");
   f->optimizer = "none";
@@ -92,9 +85,10 @@ void RegisterSave(CLI::App& app, Status* outcome) {
                   "distributed-optimizer state to save: none, model (model space: reshardable across "
                   "DP/TP/PP/EP/bucket size) or bucket (raw bucket slices: same layout only)");
   cmd->callback([=]() { *outcome = RunSave(*f); });
+  return f;
 }
 
-void RegisterLoad(CLI::App& app, Status* outcome) {
+std::shared_ptr<JobFlags> RegisterLoad(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("load", "Load a checkpoint into this job's layout and check every element");
   auto f = std::make_shared<JobFlags>();
   AddCommon(cmd, f.get());
@@ -117,8 +111,8 @@ void RegisterLoad(CLI::App& app, Status* outcome) {
                   "read sharing: mpi (default) or nccl (the GPU path: chunk bytes over NCCL, one GPU per rank)");
   f->optimizer = "auto";
   cmd->add_option("--optimizer", f->optimizer, "optimizer state to load: auto (as saved), none, model or bucket");
-  cmd->add_option("--faults", f->faults, "fault plan, env points (faults/fault_spec.h), e.g. 'point=env.pread rank=2 action=delay ms=4000'");
   cmd->callback([=]() { *outcome = RunLoad(*f); });
+  return f;
 }
 
 void RegisterReshard(CLI::App& app, Status* outcome) {
@@ -174,7 +168,7 @@ void RegisterDiff(CLI::App& app, Status* outcome) {
   cmd->callback([=]() { *outcome = RunDiff(*f); });
 }
 
-void RegisterConvert(CLI::App& app, Status* outcome) {
+std::shared_ptr<ConvertFlags> RegisterConvert(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand(
       "convert", "Convert between ckpt and HF safetensors (Llama) or one torch.save file (docs: README \"Convert\")");
   auto f = std::make_shared<ConvertFlags>();
@@ -192,9 +186,8 @@ void RegisterConvert(CLI::App& app, Status* outcome) {
   cmd->add_option("--max-shard-mb", f->max_shard_mb, "--to hf: largest safetensors file in MiB (> 0, fractions allowed; default 5120)");
   cmd->add_flag("--keep-vocab-padding", f->keep_padding, "--to torch: keep the padded vocab rows");
   AddJsonFlags(cmd, &f->json, &f->no_progress, "machine-readable output");
-  cmd->add_option("--negative-control", f->negative_control,
-                  "tests only: a wrong mapping (naive-qkv, swap-gate-up) the oracle must catch")->group("");
   cmd->callback([=]() { *outcome = RunConvert(*f); });
+  return f;
 }
 
 }  // namespace ckpt::cli

@@ -4,7 +4,7 @@
 
 #include "ckpt/gpu/gpu.h"
 #include "cli/commands.h"
-#include "tests/testing/negative_controls.h"
+#include "cli/harness_seam.h"
 
 namespace ckpt::cli {
 
@@ -55,17 +55,10 @@ Result<std::unique_ptr<Comm>> ShareComm(GptJob& j, const std::string& mode, cons
 }
 
 Status ApplyNaiveFc1(const JobFlags& f, GptJob& j) {
-  if (f.naive_fc1) {
-    auto naive = testing::NaiveFc1Shards(j.model, j.layout, j.coords);
-    if (!naive.ok()) return naive.status().WithContext("rank " + std::to_string(j.rank()));
-    j.registered = std::move(naive).value();
-  }
-  if (f.naive_layer_offset) {
-    auto naive = testing::ContiguousLayerKeys(j.model, j.layout, j.coords, std::move(j.registered));
-    if (!naive.ok()) return naive.status().WithContext("rank " + std::to_string(j.rank()));
-    j.registered = std::move(naive).value();
-  }
-  return Status::Ok();
+  if (!f.naive_fc1 && !f.naive_layer_offset) return Status::Ok();
+  if (!Harness().naive_shards) return NoHarness("--naive-fc1/--naive-layer-offset");
+  Status st = Harness().naive_shards(f, j);
+  return st.ok() ? st : st.WithContext("rank " + std::to_string(j.rank()));
 }
 
 }  // namespace ckpt::cli

@@ -21,7 +21,7 @@ struct JobFlags {
   int encode_threads = kAutoThreads;  // DefaultWorkerThreads(job comm)
   int load_threads = kAutoThreads;    // ckpt load --threads
   int64_t timeout_ms = 60000;
-  bool naive_layer_offset = false;  // --naive-layer-offset (negative control, see ApplyNaiveFc1)
+  bool naive_layer_offset = false;  // ckpt-lab --naive-layer-offset (negative control, see ApplyNaiveFc1)
   bool json = false, naive_fc1 = false, no_balance = false, fallback = false, no_check = false, allow_older = false,
        direct_io = false, buffered_io = false;  // --direct-io / --buffered-io (exclusive)
   bool no_progress = false;  // --no-progress (cli/progress.h)
@@ -46,12 +46,11 @@ void PrintLoadWarnings(const GptJob& j, const JobFlags& f, const LoadStats& r);
 Result<std::unique_ptr<Comm>> ShareComm(GptJob& j, const std::string& mode, const std::string& transport,
                                         Millis timeout);
 
-// --naive-fc1 (negative control, tests/testing): the local memory still holds
-// the right values, but SwiGLU fc1 is registered as one plain axis-0 slice
-// (the naive concatenation bug), so a load at another TP gives wrong values.
-// --naive-layer-offset (same kind): layers keyed by a contiguous stage offset
-// that ignores the VPP interleave (testing::ContiguousLayerKeys), so a
-// checkpoint saved at vpp > 1 loads wrong layers at any other PP/VPP.
+// --naive-fc1 / --naive-layer-offset (ckpt-lab only; negative controls of
+// harness/negative_controls.h through the harness seam, cli/harness_seam.h):
+// SwiGLU fc1 registered as one plain axis-0 slice, or layers keyed by a
+// contiguous stage offset that ignores the VPP interleave, so a load at
+// another layout gives wrong values. OK when neither is set.
 Status ApplyNaiveFc1(const JobFlags& f, GptJob& j);
 
 }  // namespace ckpt::cli

@@ -1,11 +1,13 @@
-// ckpt: sharded checkpoints for Megatron-style training jobs.
+// ckpt: sharded checkpoints for Megatron-style training jobs. CliMain, the
+// shared main of `ckpt` and `ckpt-lab` (cli/flags.h).
 //
 // Every command returns a Status (cli/commands.h); main maps it to the exit
 // code once (ExitCodeOf). main catches everything a command lets escape
 // (std::exception - bad_alloc, a JSON type error - or anything else) and
 // exits kExitError with a message naming the command, never an abort (exit 134).
-// The two commands without options of their own (scenario, gpu) are
-// registered here.
+// The command without options of its own (gpu) is registered here, and the
+// product's command set (RegisterProduct). The programs' main functions:
+// cli/ckpt_main.cc (ckpt) and harness/lab/lab_main.cc (ckpt-lab).
 #include <charconv>
 #include <cstdio>
 #include <exception>
@@ -63,16 +65,6 @@ void AddJsonFlags(CLI::App* cmd, bool* json, bool* no_progress, const std::strin
 
 namespace {
 
-void RegisterScenario(CLI::App& app, Status* outcome) {
-  auto* cmd = app.add_subcommand(
-      "scenario",
-      "Level 8 question-bank scenarios (list | run IDS|--all [--reduced] [--out DIR] [--check-text]): measured "
-      "evidence with negative controls; runs scripts/harness/scenario_runner.py (--help there)");
-  cmd->prefix_command();  // every argument after "scenario" goes to the driver
-  cmd->set_help_flag();   // so does --help
-  cmd->callback([cmd, outcome]() { *outcome = RunScenario(cmd->remaining()); });
-}
-
 void RegisterGpu(CLI::App& app, Status* outcome) {
   auto* cmd = app.add_subcommand("gpu", "GPU path of this build: CUDA/NCCL versions and devices (exit 1: no usable GPU)");
   auto as_json = std::make_shared<bool>(false);
@@ -80,41 +72,39 @@ void RegisterGpu(CLI::App& app, Status* outcome) {
   cmd->callback([=]() { *outcome = RunGpu(*as_json); });
 }
 
-void Register(CLI::App& app, Status* outcome) {
-  RegisterInspect(app, outcome);
-  RegisterVerify(app, outcome);
-  RegisterSave(app, outcome);
-  RegisterLoad(app, outcome);
-  RegisterFaults(app, outcome);
-  RegisterReshard(app, outcome);
-  RegisterPlan(app, outcome);
-  RegisterTrain(app, outcome);
-  RegisterFingerprint(app, outcome);
-  RegisterDiff(app, outcome);
-  RegisterScenario(app, outcome);
-  RegisterGpu(app, outcome);
-  RegisterConvert(app, outcome);
-}
-
-std::string CommandName(const CLI::App& app, int argc, char** argv) {
-  for (const CLI::App* sub : app.get_subcommands()) return "ckpt " + sub->get_name();
-  return argc > 1 ? "ckpt " + std::string(argv[1]) : "ckpt";
+std::string CommandName(const std::string& program, const CLI::App& app, int argc, char** argv) {
+  for (const CLI::App* sub : app.get_subcommands()) return program + " " + sub->get_name();
+  return argc > 1 ? program + " " + std::string(argv[1]) : program;
 }
 
 }  // namespace
-}  // namespace ckpt::cli
 
-int main(int argc, char** argv) {
-  using namespace ckpt::cli;
-  CLI::App app{"ckpt: sharded checkpoint, reshard and reliability tool for Megatron-style training"};
+ProductFlags RegisterProduct(CLI::App& app, Status* outcome) {
+  ProductFlags f;
+  RegisterInspect(app, outcome);
+  RegisterVerify(app, outcome);
+  f.save = RegisterSave(app, outcome);
+  f.load = RegisterLoad(app, outcome);
+  RegisterReshard(app, outcome);
+  RegisterPlan(app, outcome);
+  f.train = RegisterTrain(app, outcome);
+  RegisterFingerprint(app, outcome);
+  RegisterDiff(app, outcome);
+  RegisterGpu(app, outcome);
+  f.convert = RegisterConvert(app, outcome);
+  return f;
+}
+
+int CliMain(int argc, char** argv, const Program& program) {
+  CLI::App app{program.about};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "ckpt " CKPT_VERSION);
+  app.set_version_flag("--version", program.name + " " CKPT_VERSION);
   // A collective that failed by its deadline ends the whole job (comm_mpi.h).
   ckpt::SetEndJobOnDeadline(true);
   ckpt::Status outcome;  // the command's (printed by the command itself)
   std::string why;
   try {
-    Register(app, &outcome);
+    program.register_commands(app, &outcome);
     app.parse(argc, argv);
     const int exit_code = ExitCodeOf(outcome);
     ckpt::EndJobIfHung(exit_code);  // MPI_Abort(exit_code) if a peer may hang; else returns
@@ -128,8 +118,10 @@ int main(int argc, char** argv) {
   } catch (...) {
     why = "an unknown exception";
   }
-  std::fprintf(stderr, "%s: internal error: %s (uncaught; exit %d)\n", CommandName(app, argc, argv).c_str(),
-               why.c_str(), kExitError);
+  std::fprintf(stderr, "%s: internal error: %s (uncaught; exit %d)\n",
+               CommandName(program.name, app, argc, argv).c_str(), why.c_str(), kExitError);
   ckpt::EndJobIfHung(kExitError);  // a peer may still wait in a collective
   return kExitError;
 }
+
+}  // namespace ckpt::cli

@@ -40,8 +40,8 @@ Status TrainSaver::PrepareLocal() {
   o.dir = flags_.local_dir;
   o.ranks_per_node = flags_.ranks_per_node > 0 ? flags_.ranks_per_node : job_->local_size();
   o.replicas = flags_.replicas;
-  o.env = fenv_ ? static_cast<Env*>(fenv_.get()) : DefaultEnv();
-  o.hook = fenv_ ? fenv_->Hook() : StepHook();
+  o.env = faulted_.env ? faulted_.env.get() : DefaultEnv();
+  o.hook = faulted_.hook;
   o.comm = job_;
   o.timeout = base_.timeout;
   o.write = base_.write;
@@ -112,7 +112,7 @@ Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
   for (const auto& o : live.objects()) drain_sd_.AddObject(o.meta);
   SaveOptions o = base_;
   o.iteration = it;
-  if (fenv_) o.env = fenv_.get(), o.hook = fenv_->Hook();
+  if (faulted_.env) o.env = faulted_.env.get(), o.hook = faulted_.hook;
   o.comm = saver_ ? static_cast<Comm*>(save_comm_.get()) : job_;
   const std::string rank_root = JoinPath(local_->NodeDir(local_->node_of(job_->rank())),
                                          "rank_" + std::to_string(job_->rank()));

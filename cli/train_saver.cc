@@ -7,8 +7,7 @@
 
 #include "ckpt/gpu/gpu.h"
 #include "ckpt/workload/rank_report.h"
-#include "faults/fault_spec.h"
-#include "tests/testing/async_controls.h"
+#include "cli/harness_seam.h"
 
 namespace ckpt::cli {
 namespace {
@@ -53,13 +52,9 @@ Result<std::unique_ptr<TrainSaver>> TrainSaver::Create(const TrainSaveFlags& f, 
   CKPT_RETURN_IF_ERROR(ValidateRetention(f.retention));
   std::unique_ptr<TrainSaver> s(new TrainSaver(f, &job));
   if (!f.faults.empty()) {
-    CKPT_ASSIGN_OR_RETURN(faults::FaultPlan plan, faults::ParseFaultPlan(f.faults));
-    faults::FaultEnv::Options fo;
-    fo.rank = job.rank();
-    fo.plan = std::move(plan);
-    fo.root = root;
-    fo.event_log = f.faults_log;
-    s->fenv_ = std::make_unique<faults::FaultEnv>(DefaultEnv(), std::move(fo));
+    if (!Harness().fault_env) return NoHarness("--faults");
+    CKPT_ASSIGN_OR_RETURN(s->faulted_, Harness().fault_env(DefaultEnv(), FaultRequest{f.faults, job.rank(), root,
+                                                                                      f.faults_log}));
   }
   if (!f.async) return s;
   if (!session.thread_multiple())
@@ -75,9 +70,11 @@ Result<std::unique_ptr<TrainSaver>> TrainSaver::Create(const TrainSaveFlags& f, 
     ao.memory = s->memory_.get();
   }
   s->saver_ = std::make_unique<AsyncSaver>(s->save_comm_.get(), ao);
-  // Developer switches (hidden options): the harness's controls, not product API.
-  if (f.no_snapshot) testing::AsyncSaveControls::NoSnapshot(*s->saver_);
-  testing::AsyncSaveControls::DelayBeforeSave(*s->saver_, Millis(f.delay_ms));
+  // ckpt-lab's switches: the harness's controls (cli/harness_seam.h), not product API.
+  if (f.no_snapshot || f.delay_ms > 0) {
+    if (!Harness().async_controls) return NoHarness("--async-no-snapshot/--async-delay-ms");
+    Harness().async_controls(*s->saver_, f.no_snapshot, Millis(f.delay_ms));
+  }
   return s;
 }
 
@@ -116,9 +113,9 @@ std::unique_ptr<CliProgress> TrainSaver::Meter(const char* op, const ShardedStat
 }
 
 Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, int64_t iteration_now) {
-  if (fenv_) {
-    o.env = fenv_.get();
-    o.hook = fenv_->Hook();
+  if (faulted_.env) {
+    o.env = faulted_.env.get();
+    o.hook = faulted_.hook;
   }
   if (!saver_) {
     o.comm = job_;

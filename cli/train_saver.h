@@ -14,16 +14,16 @@
 //  - a background failure is returned by the next Save() or by Finish().
 // Snapshot memory: host (heap) or pinned (cudaHostAlloc, the GPU path; fails
 // clearly without a GPU or in a build without CUDA).
-// Developer switches (hidden options; tests/testing AsyncSaveControls, never
-// defaults): --async-no-snapshot (the negative control: the background save
-// reads the live training buffers) and --async-delay-ms (a test hook).
+// ckpt-lab's switches (harness AsyncSaveControls through cli/harness_seam.h,
+// never defaults): --async-no-snapshot (the negative control: the background
+// save reads the live training buffers) and --async-delay-ms (a test hook).
 // Retention (--save-retain-interval K, --keep-last N): after a save has
 // committed durably (sync: SaveCheckpoint returned; async: at its join),
 // rank 0 deletes the older iterations the policy drops (ApplyRetention:
 // never the newest, only once the tracker names it); a retention error is a
 // log line, never a failed save.
-// Faults: with a fault plan (--faults, faults/fault_spec.h) every save goes
-// through one FaultEnv + step hook for the whole job, so "nth" counts over
+// Faults (ckpt-lab): with a fault plan (--faults, faults/fault_spec.h) every
+// save goes through one fault Env + step hook for the whole job, so "nth" counts over
 // saves (nth=2 of step.shard_write: the second save).
 //
 // Per async save the row has: wait_previous_seconds + snapshot_seconds =
@@ -53,8 +53,8 @@
 #include "ckpt/protocol/retention.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/workload/train_loop.h"
+#include "cli/harness_seam.h"
 #include "cli/progress.h"
-#include "faults/fault_env.h"
 
 namespace ckpt::cli {
 
@@ -75,8 +75,8 @@ struct TrainSaveFlags {
   int64_t local_every = 0;
   int replicas = 1;
   int ranks_per_node = 0;    // 0: the MPI launcher's local size
-  int64_t kill_at = -1;      // DEVELOPER: SIGKILL every rank after the saves of this iteration
-  int64_t stall_at = -1;     // DEVELOPER: every rank waits (300 s at most) after the saves of this iteration
+  int64_t kill_at = -1;      // ckpt-lab --kill-at: SIGKILL every rank after the saves of this iteration
+  int64_t stall_at = -1;     // ckpt-lab --stall-at: every rank waits (300 s at most) after the saves of this iteration
   // Progress of each save on rank 0's stderr (cli/progress.h): a terminal
   // line, JSON lines with --json, nothing when piped or with --no-progress.
   // An async save's progress is its background write, ended at its join.
@@ -144,7 +144,7 @@ class TrainSaver final : public workload::TrainCheckpointer {
   std::unique_ptr<MpiComm> save_comm_;  // async: the saver's own communicator
   std::unique_ptr<SnapshotMemory> memory_;  // async with pinned memory (outlives saver_)
   std::unique_ptr<AsyncSaver> saver_;
-  std::unique_ptr<faults::FaultEnv> fenv_;
+  FaultedEnv faulted_;  // --faults (ckpt-lab): one fault Env and step hook for every save
   nlohmann::json rows_ = nlohmann::json::array();
   int64_t pending_row_ = -1;  // async: row of the save in flight
   int64_t started_at_ = 0;    // iteration when it started

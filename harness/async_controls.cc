@@ -1,5 +1,5 @@
 // AsyncSaveControls: see async_controls.h.
-#include "tests/testing/async_controls.h"
+#include "harness/async_controls.h"
 
 #include <thread>
 

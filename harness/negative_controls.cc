@@ -1,5 +1,5 @@
 // Negative controls (see negative_controls.h).
-#include "tests/testing/negative_controls.h"
+#include "harness/negative_controls.h"
 
 #include <string>
 #include <string_view>

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::testing {
 namespace {

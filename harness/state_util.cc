@@ -1,4 +1,4 @@
-#include "support/state_util.h"
+#include "harness/state_util.h"
 
 #include <algorithm>
 #include <cstring>

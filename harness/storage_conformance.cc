@@ -1,6 +1,6 @@
 // The storage conformance suite (storage_conformance.h). Each test uses only
 // the Storage interface and its env(): nothing here knows a backend.
-#include "support/storage_conformance.h"
+#include "harness/storage_conformance.h"
 
 #include <unistd.h>
 

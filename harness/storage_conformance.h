@@ -7,7 +7,7 @@
 //
 // A backend's test binary instantiates it with a factory:
 //
-//   #include "support/storage_conformance.h"
+//   #include "harness/storage_conformance.h"
 //   ckpt::testing::StorageBackend S3Backend() {
 //     return {"s3", [](const std::string& name) { return ckpt::OpenStorage("s3://bucket/" + name); }};
 //   }

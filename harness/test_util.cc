@@ -1,4 +1,4 @@
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,8 +18,10 @@ std::string ScratchDir(const std::string& name) {
   return p.string();
 }
 
-CmdResult RunCkpt(const std::string& args) {
-  const std::string cmd = std::string(CKPT_BINARY_DIR) + "/cli/ckpt " + args + " 2>&1";
+namespace {
+
+CmdResult Run(const std::string& exe, const std::string& args) {
+  const std::string cmd = std::string(CKPT_BINARY_DIR) + exe + " " + args + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
@@ -28,5 +30,11 @@ CmdResult RunCkpt(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+}  // namespace
+
+CmdResult RunCkpt(const std::string& args) { return Run("/cli/ckpt", args); }
+
+CmdResult RunCkptLab(const std::string& args) { return Run("/harness/lab/ckpt-lab", args); }
 
 }  // namespace ckpt::testing

@@ -16,5 +16,7 @@ struct CmdResult {
   std::string out;
 };
 CmdResult RunCkpt(const std::string& args);
+// The same for the harness program (CKPT_BINARY_DIR/harness/lab/ckpt-lab).
+CmdResult RunCkptLab(const std::string& args);
 
 }  // namespace ckpt::testing

@@ -14,7 +14,7 @@ import re
 import sys
 import tempfile
 
-SRC_DIRS = ["ckpt", "reshard", "faults", "cli", "bench", "examples"]
+SRC_DIRS = ["ckpt", "reshard", "faults", "cli", "harness", "bench", "examples"]
 EXTS = (".cc", ".h", ".c", ".cpp", ".hpp")
 CONTAINER = re.compile(r"\b(namespace|class|struct|enum|union)\b[^()]*$|\bextern\s+\"C\"\s*$")
 

@@ -1,20 +1,20 @@
-// ckpt faults: fault injection across multi-rank jobs.
+// ckpt-lab faults: fault injection across multi-rank jobs.
 //
-//   ckpt faults child --phase save|load ...   one rank of a faulted job (under mpirun)
-//   ckpt faults run ...                       the campaign: trace, replay every fault, recover, check
-//   ckpt faults deadline ...                  hung / killed ranks: detection latency, nothing committed
-//   ckpt faults powerloss --dir D --mode M    apply a recorded power cut to the disk
-//   ckpt faults damage --root R --file F ...  after-commit damage (bit flip, truncate, delete)
+//   ckpt-lab faults child --phase save|load ...   one rank of a faulted job (under mpirun)
+//   ckpt-lab faults run ...                       the campaign: trace, replay every fault, recover, check
+//   ckpt-lab faults deadline ...                  hung / killed ranks: detection latency, nothing committed
+//   ckpt-lab faults powerloss --dir D --mode M    apply a recorded power cut to the disk
+//   ckpt-lab faults damage --root R --file F ...  after-commit damage (bit flip, truncate, delete)
 //
 // child: cmd_faults_child.cc (work in faults/child.h); powerloss and damage:
-// cmd_faults_disk.cc; run and deadline here; options: cli/flags_jobs.cc.
+// cmd_faults_disk.cc; run and deadline here; options: harness/lab/faults_flags.cc.
 // Everything else is the faults/ library.
 #include <cstdio>
 #include <cstdlib>
 
 #include "ckpt/protocol/checkpoint.h"
 #include "cli/commands.h"
-#include "cli/job_commands.h"
+#include "harness/lab/lab_commands.h"
 #include "faults/campaign.h"
 #include "faults/child.h"
 #include "faults/deadline.h"

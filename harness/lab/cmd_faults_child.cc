@@ -1,4 +1,4 @@
-// ckpt faults child --phase save|load: one rank of a faulted job (run under
+// ckpt-lab faults child --phase save|load: one rank of a faulted job (run under
 // mpirun by the campaign and the deadline checks). The work is library code
 // (faults/child.h); this file parses the options and ends the process the
 // way a faulted rank must: without MPI_Finalize, which can block on a dead peer.
@@ -11,7 +11,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/rank_report.h"
 #include "cli/commands.h"
-#include "cli/job_commands.h"
+#include "harness/lab/lab_commands.h"
 #include "cli/gpt_job.h"
 #include "faults/child.h"
 #include "faults/fault_env.h"

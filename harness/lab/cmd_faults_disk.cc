@@ -1,10 +1,10 @@
-// ckpt faults powerloss / damage: apply a recorded power cut, or damage a
+// ckpt-lab faults powerloss / damage: apply a recorded power cut, or damage a
 // committed checkpoint (faults/power_loss.h, faults/damage.h).
 #include <cstdio>
 
 #include "ckpt/base/env.h"
 #include "cli/commands.h"
-#include "cli/job_commands.h"
+#include "harness/lab/lab_commands.h"
 #include "faults/damage.h"
 #include "faults/fault_spec.h"
 #include "faults/power_loss.h"

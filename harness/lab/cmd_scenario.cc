@@ -1,7 +1,7 @@
-// ckpt scenario: the Level 8 question bank's evidence (seeds/level8/M1xx.md).
+// ckpt-lab scenario: the Level 8 question bank's evidence (seeds/level8/M1xx.md).
 //
-//   ckpt scenario list [--json] [--scripts DIR]
-//   ckpt scenario run <id>... | --all  [--out DIR] [--reduced] [--json] [--keep] [--check-text] ...
+//   ckpt-lab scenario list [--json] [--scripts DIR]
+//   ckpt-lab scenario run <id>... | --all  [--out DIR] [--reduced] [--json] [--keep] [--check-text] ...
 //
 // A thin wrapper: it executes the Python driver scripts/harness/scenario_runner.py
 // (found from $CKPT_SCENARIO_RUNNER, the source tree this binary was built
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "harness/lab/lab_commands.h"
 
 namespace ckpt::cli {
 namespace {

@@ -246,40 +246,6 @@ pyb::dict RetainOf(const std::string& root, int64_t newest, int64_t keep_last, i
   return d;
 }
 
-// Median seconds of `reps` memcpys of the given tensors into one buffer (the
-// async blocking baseline, MedianStateMemcpySeconds).
-double MemcpySeconds(const pyb::list& tensors, int reps) {
-  ShardedStateDict sd = StateOf(tensors, pyb::list(), 0, "memcpy");
-  std::vector<std::byte> dst(size_t(std::max<int64_t>(sd.TotalBytes(), 1)));
-  pyb::gil_scoped_release nogil;
-  return Value(MedianStateMemcpySeconds(sd, dst, reps), 0, "memcpy");
-}
-
-// Mean seconds per call of one Comm collective ("gather", "broadcast",
-// "allgather", "barrier", "alltoall") with `bytes`-byte messages, after a
-// warm-up barrier: the control-plane latency bench (bench/python_api.py).
-double CommBench(const std::shared_ptr<CommHandle>& h, const std::string& op, int reps, int64_t bytes,
-                 double timeout_s) {
-  Comm* c = CommOf(h);
-  if (!c) Check(Status::InvalidArgument("comm_bench needs a comm"), 0, "comm_bench");
-  const std::string msg(size_t(bytes), 'x');
-  const Millis t = MillisOf(timeout_s, "comm_bench");
-  pyb::gil_scoped_release nogil;
-  Check(c->Barrier(t, "bench-start"), c->rank(), "comm_bench");
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) {
-    Status st;
-    if (op == "gather") st = c->Gather(msg, 0, t, "bench").status();
-    else if (op == "broadcast") st = c->Broadcast(msg, 0, t, "bench").status();
-    else if (op == "allgather") st = c->AllGather(msg, t, "bench").status();
-    else if (op == "barrier") st = c->Barrier(t, "bench");
-    else if (op == "alltoall") st = c->AllToAll(std::vector<std::string>(size_t(c->size()), msg), t, "bench").status();
-    else st = Status::InvalidArgument("unknown collective '" + op + "'");
-    Check(st, c->rank(), "comm_bench");
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / std::max(reps, 1);
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_ckpt, m) {
@@ -312,8 +278,6 @@ PYBIND11_MODULE(_ckpt, m) {
   m.def("list_iterations", &ListIterationsOf);
   m.def("latest", &LatestOf);
   m.def("apply_retention", &RetainOf);
-  m.def("memcpy_seconds", &MemcpySeconds);
-  m.def("comm_bench", &CommBench);
   DefineConvert(m);
   DefineHdf5(m);
   pyb::class_<PyAsyncSaver>(m, "AsyncSaver")

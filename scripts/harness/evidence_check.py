@@ -26,7 +26,7 @@ scoring line every backticked identifier, must be a value the evidence still con
                                                           merged one keeps RUN's generated_at
 
 F defaults to seeds/level8/evidence/full.json: the evidence.json of the last
-full-size run (`ckpt scenario run --all --out DIR`, copied there; a scenario
+full-size run (`ckpt-lab scenario run --all --out DIR`, copied there; a scenario
 merged in from a later run carries its own "generated_at", which its row shows).
 Tolerance (stated here, used by the check and by --drift): timing-class values
 (names ending in _s, _ms, _seconds, mb_per_s, ratio) may differ by a factor of
@@ -35,7 +35,7 @@ must match exactly as formatted, unless listed in VOLATILE (measured values
 that legitimately vary run to run, e.g. how many steps fit into a delay under
 load) - those are only checked for presence. A quoted NAME that the evidence
 does not have is always an error, and so is a stale evidence row. The generated rows are compared only with
-the committed file; a fresh run (`ckpt scenario run --all --check-text`) is
+the committed file; a fresh run (`ckpt-lab scenario run --all --check-text`) is
 compared through the tagged values.
 """
 from __future__ import annotations

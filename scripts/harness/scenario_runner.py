@@ -159,12 +159,12 @@ def find_scripts_dir(flag: str | None) -> str:
     if flag:
         if os.path.isdir(flag):
             return os.path.abspath(flag)
-        raise SystemExit(f"ckpt scenario: --scripts '{flag}' is not a directory")
+        raise SystemExit(f"ckpt-lab scenario: --scripts '{flag}' is not a directory")
     cands = [os.environ.get("CKPT_SCENARIO_DIR"), os.path.join(HERE, "..", "scenarios")]
     for c in cands:
         if c and os.path.isfile(os.path.join(c, "scenlib.py")):
             return os.path.abspath(c)
-    raise SystemExit(f"ckpt scenario: no scenario directory (with scenlib.py) among {cands}; pass --scripts DIR")
+    raise SystemExit(f"ckpt-lab scenario: no scenario directory (with scenlib.py) among {cands}; pass --scripts DIR")
 
 
 def last_line(text: str) -> str:
@@ -245,7 +245,7 @@ def write_evidence(d: str, outs: list, a, total: float) -> None:
     passed = sum(not o["problems"] for o in outs)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     size = "缩减规模（CI） / reduced (CI) size" if a.reduced else "完整规模 / full size"
-    md = [f"# Level 8 本机证据 / local evidence (`ckpt scenario run{' --all' if a.all else ''}"
+    md = [f"# Level 8 本机证据 / local evidence (`ckpt-lab scenario run{' --all' if a.all else ''}"
           f"{' --reduced' if a.reduced else ''}`)\n",
           f"生成于 {now}，{os.cpu_count()} 核，{size}，{passed}/{len(outs)} 个场景通过，总耗时 {total:.1f} s。"
           "表中每个数字都由本次运行测得（同一数据见 evidence.json）；题目见 seeds/level8/。\n",
@@ -320,11 +320,11 @@ def cmd_run(a) -> int:
         by_id = {s["id"]: s for s in all_}
         unknown = [i for i in a.ids if i not in by_id]
         if unknown:
-            print(f"ckpt scenario: unknown scenario '{unknown[0]}' (see ckpt scenario list)", file=sys.stderr)
+            print(f"ckpt-lab scenario: unknown scenario '{unknown[0]}' (see ckpt-lab scenario list)", file=sys.stderr)
             return 2
         chosen = [by_id[i] for i in a.ids]
     if not chosen:
-        print("ckpt scenario run: name scenarios or pass --all", file=sys.stderr)
+        print("ckpt-lab scenario run: name scenarios or pass --all", file=sys.stderr)
         return 2
     a.mpirun = a.mpirun or os.environ.get("MPIRUN") or DEFAULT_MPIRUN
     out_dir = os.path.abspath(a.out or "scenario-evidence")
@@ -355,9 +355,9 @@ def cmd_run(a) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="ckpt scenario", description="Level 8 question-bank scenarios: measured "
+    ap = argparse.ArgumentParser(prog="ckpt-lab scenario", description="Level 8 question-bank scenarios: measured "
                                  "evidence with negative controls")
-    ap.add_argument("--ckpt", default=os.environ.get("CKPT"), help="the ckpt binary the scenarios run")
+    ap.add_argument("--ckpt", default=os.environ.get("CKPT"), help="the ckpt-lab binary the scenarios run (the product commands + harness switches)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     ls = sub.add_parser("list", help="list the scenarios (scripts/scenarios/<id>.py)")
     ls.add_argument("--json", action="store_true")
@@ -378,7 +378,7 @@ def main(argv=None) -> int:
     if a.cmd == "list":
         return cmd_list(a)
     if not a.ckpt or not os.access(a.ckpt, os.X_OK):
-        print("ckpt scenario: --ckpt BIN (the ckpt binary) is required", file=sys.stderr)
+        print("ckpt-lab scenario: --ckpt BIN (the ckpt-lab binary) is required", file=sys.stderr)
         return 2
     a.ckpt = os.path.abspath(a.ckpt)
     return cmd_run(a)

@@ -19,7 +19,8 @@ import shutil
 import subprocess
 import time
 
-CKPT = os.environ.get("CKPT_BIN") or os.path.join(os.path.dirname(__file__), "../../build/cli/ckpt")
+# The jobs use harness switches (--faults, --stall-at): ckpt-lab, the product commands + those.
+CKPT = os.environ.get("CKPT_LAB") or os.path.join(os.path.dirname(__file__), "../../build/harness/lab/ckpt-lab")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 DEADLINE_MS = 3000
 BOUND_S = DEADLINE_MS / 1000 + 5

@@ -13,7 +13,8 @@ import re
 import subprocess
 import time
 
-CKPT = os.environ.get("CKPT_BIN") or os.path.join(os.path.dirname(__file__), "../../build/cli/ckpt")
+# The jobs use harness switches (--faults, --stall-at): ckpt-lab, the product commands + those.
+CKPT = os.environ.get("CKPT_LAB") or os.path.join(os.path.dirname(__file__), "../../build/harness/lab/ckpt-lab")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 JOB = ["train", "--model", "tiny", "--layout", "tp=2,dp=2", "--steps", "8", "--save-every", "4"]
 TIERS = ["--local-dir", "/local/ckpt", "--local-every", "2", "--replicas", "1", "--ranks-per-node", "2",

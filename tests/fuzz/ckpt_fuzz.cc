@@ -41,7 +41,7 @@
 #include "ckpt/format/file_meta_hash.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/verify.h"
-#include "support/state_util.h"
+#include "harness/state_util.h"
 
 namespace fs = std::filesystem;
 using ckpt::testing::Desc;

@@ -22,7 +22,7 @@ Negative controls: the converter with its QKV interleave replaced by a naive
 [q; k; v] concatenation, or with fc1 built as [up; gate], must FAIL the
 comparison (logits differ by far more than the tolerance).
 
-Usage: convert_oracle.py --ckpt <ckpt binary> --work <scratch dir>
+Usage: convert_oracle.py --ckpt <ckpt binary> --ckpt-lab <ckpt-lab binary> --work <scratch dir>
 Exit 0 when every check holds; prints the measured differences.
 """
 from __future__ import annotations
@@ -284,6 +284,7 @@ def run(cmd: list[str]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
+    ap.add_argument("--ckpt-lab", required=True, help="the harness program (negative controls)")
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
@@ -309,7 +310,8 @@ def main() -> int:
             print(f"ok   ckpt.convert (Python) {model} -> {layout}: {st['tensors']} tensors, "
                   f"{st['bytes_written']} bytes")
             return root
-        run([a.ckpt, "convert", os.path.join(a.work, "hf_" + model), root, "--to", "ckpt", "--layout", layout,
+        exe = a.ckpt_lab if "--negative-control" in extra else a.ckpt  # a harness switch: ckpt-lab
+        run([exe, "convert", os.path.join(a.work, "hf_" + model), root, "--to", "ckpt", "--layout", layout,
              "--vocab-divisible-by", str(DIVISIBLE_BY), *extra])
         return root
 

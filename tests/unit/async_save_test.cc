@@ -9,9 +9,9 @@
 
 #include "ckpt/base/stream_copy.h"
 #include "ckpt/protocol/async_save.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
-#include "tests/testing/async_controls.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
+#include "harness/async_controls.h"
 
 namespace ckpt {
 namespace {

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/protocol/checkpoint.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {
@@ -102,25 +102,40 @@ TEST(CliTest, VerifyAllAgreesWithVerifyOnAGarbageTracker) {
   EXPECT_TRUE(j["latest"].is_string()) << all.out;
 }
 
-// Negative controls and test hooks are developer switches: hidden from the
-// user-facing help (they still parse; the repro tests use them).
-TEST(CliTest, DeveloperSwitchesAreHiddenFromHelp) {
+// Negative controls, test hooks, fault plans and the harness commands are not
+// in the product: `ckpt` neither shows nor parses them (exit 2, unknown
+// option or command); ckpt-lab shows each in its --help and parses it.
+TEST(CliTest, HarnessSwitchesAreOnlyInCkptLab) {
   struct Case {
-    std::string cmd, visible;
-    std::vector<std::string> hidden;
+    std::string cmd, required, visible;
+    std::vector<std::string> harness;
   };
+  const std::string root = testing::ScratchDir("cli_harness_switches");
   const std::vector<Case> cases = {
-      {"train", "--async-save",
+      {"train", "--root " + root, "--async-save",
        {"--inject-nan", "--no-rng-state", "--no-iterator-state", "--kill-after-save", "--async-no-snapshot",
-        "--async-delay-ms"}},
-      {"save", "--optimizer", {"--naive-fc1"}},
-      {"load", "--fallback", {"--naive-fc1"}},
-      {"convert", "--layout", {"--negative-control"}}};
-  for (const auto& [cmd, visible, flags] : cases) {
-    CmdResult r = Ckpt(cmd + " --help");
-    EXPECT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find(visible), std::string::npos) << cmd << ": " << r.out;
-    for (const auto& flag : flags) EXPECT_EQ(r.out.find(flag), std::string::npos) << cmd << " --help shows " << flag;
+        "--async-delay-ms", "--kill-at", "--stall-at", "--faults", "--faults-log"}},
+      {"save", "--root " + root + " --iter 1", "--optimizer", {"--naive-fc1", "--naive-layer-offset", "--faults"}},
+      {"load", "--root " + root, "--fallback", {"--naive-fc1", "--naive-layer-offset", "--faults"}},
+      {"convert", root + " " + root + "/out --to hf", "--layout", {"--negative-control"}}};
+  for (const auto& [cmd, required, visible, flags] : cases) {
+    CmdResult product = Ckpt(cmd + " --help"), lab = testing::RunCkptLab(cmd + " --help");
+    EXPECT_EQ(product.code, 0) << product.out;
+    EXPECT_EQ(lab.code, 0) << lab.out;
+    EXPECT_NE(product.out.find(visible), std::string::npos) << cmd << ": " << product.out;
+    for (const auto& flag : flags) {
+      EXPECT_EQ(product.out.find(flag + " "), std::string::npos) << "ckpt " << cmd << " --help shows " << flag;
+      EXPECT_NE(lab.out.find(flag + " "), std::string::npos) << "ckpt-lab " << cmd << " --help lacks " << flag;
+      CmdResult parsed = Ckpt(cmd + " " + required + " " + flag + " 1");
+      EXPECT_EQ(parsed.code, 2) << "ckpt " << cmd << " parses " << flag << ": " << parsed.out;
+      EXPECT_NE(parsed.out.find("not expected: " + flag), std::string::npos) << "ckpt " << cmd << ": " << parsed.out;
+    }
+  }
+  for (const std::string harness_cmd : {"faults", "scenario"}) {
+    CmdResult product = Ckpt(harness_cmd + " --help");
+    EXPECT_EQ(product.code, 2) << "ckpt has the harness command " << harness_cmd << ": " << product.out;
+    EXPECT_EQ(Ckpt("--help").out.find("\n  " + harness_cmd + " "), std::string::npos) << harness_cmd;
+    EXPECT_NE(testing::RunCkptLab("--help").out.find("\n  " + harness_cmd), std::string::npos) << harness_cmd;
   }
 }
 

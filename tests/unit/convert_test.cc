@@ -20,7 +20,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/fingerprint.h"
 #include "faults/damage.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::convert {
 namespace {

@@ -19,8 +19,8 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "faults/fault_env.h"
 #include "faults/power_loss_env.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "reshard/megatron_gpt.h"
 #include "ckpt/workload/gpt_local_state.h"
-#include "tests/testing/negative_controls.h"
+#include "harness/negative_controls.h"
 
 namespace ckpt::reshard {
 namespace {

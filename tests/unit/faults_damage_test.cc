@@ -12,7 +12,7 @@
 #include "faults/damage.h"
 #include "faults/jobs.h"
 #include "faults/oracle.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 #include "ckpt/workload/gpt_local_state.h"
 
 namespace ckpt::faults {

@@ -12,7 +12,7 @@
 #include "faults/jobs.h"
 #include "faults/power_loss.h"
 #include "faults/power_loss_env.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::faults {
 namespace {

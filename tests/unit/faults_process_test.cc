@@ -8,7 +8,7 @@
 
 #include "faults/jobs.h"
 #include "faults/process.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::faults {
 namespace {

@@ -5,7 +5,7 @@
 #include "faults/boundaries.h"
 #include "faults/deadline.h"
 #include "faults/fault_spec.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::faults {
 namespace {

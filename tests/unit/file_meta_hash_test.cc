@@ -9,7 +9,7 @@
 #include <random>
 
 #include "ckpt/base/sha256.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

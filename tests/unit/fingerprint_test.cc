@@ -19,8 +19,8 @@
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_family.h"
 #include "reshard/megatron_gpt.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 #include "ckpt/workload/gpt_local_state.h"
 
 namespace ckpt {

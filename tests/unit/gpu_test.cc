@@ -11,8 +11,8 @@
 
 #include "ckpt/protocol/async_save.h"
 #include "ckpt/gpu/gpu.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 #ifdef CKPT_HAVE_CUDA
 #include <cuda_runtime_api.h>

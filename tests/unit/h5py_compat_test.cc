@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/format/shard_file.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

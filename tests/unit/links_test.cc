@@ -17,8 +17,8 @@
 #include "ckpt/protocol/retention.h"
 #include "ckpt/protocol/verify.h"
 #include "faults/fault_env.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -22,8 +22,8 @@
 #include "ckpt/format/manifest.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/verify.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -10,7 +10,7 @@
 #include "ckpt/workload/gpt_local_state.h"
 #include "ckpt/workload/load_plan.h"
 #include "reshard/gpt_config_json.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::workload {
 namespace {

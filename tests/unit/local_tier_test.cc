@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "ckpt/protocol/local_tier.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

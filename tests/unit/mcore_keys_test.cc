@@ -17,7 +17,7 @@
 #include "ckpt/workload/job_setup.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_gpt.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::reshard {
 namespace {

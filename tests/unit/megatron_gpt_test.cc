@@ -10,7 +10,7 @@
 
 #include "ckpt/workload/expected_values.h"
 #include "ckpt/workload/gpt_local_state.h"
-#include "tests/testing/negative_controls.h"
+#include "harness/negative_controls.h"
 
 namespace ckpt::reshard {
 namespace {

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -11,7 +11,7 @@
 #include "ckpt/storage/s3/s3_client.h"
 #include "ckpt/storage/s3/s3_multipart.h"
 #include "ckpt/storage/s3/s3_xml.h"
-#include "support/s3_server.h"
+#include "harness/s3_server.h"
 
 namespace ckpt::s3 {
 namespace {

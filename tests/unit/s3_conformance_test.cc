@@ -13,8 +13,8 @@
 #include "ckpt/protocol/commit.h"
 #include "ckpt/storage/s3/s3_client.h"
 #include "ckpt/storage/s3/s3_storage.h"
-#include "support/s3_server.h"
-#include "support/storage_conformance.h"
+#include "harness/s3_server.h"
+#include "harness/storage_conformance.h"
 
 namespace ckpt::s3 {
 namespace {

@@ -14,8 +14,8 @@
 #include "ckpt/storage/s3/s3_client.h"
 #include "ckpt/storage/s3/s3_multipart.h"
 #include "ckpt/storage/s3/s3_storage.h"
-#include "support/test_util.h"
-#include "support/s3_server.h"
+#include "harness/test_util.h"
+#include "harness/s3_server.h"
 
 namespace ckpt::s3 {
 namespace {

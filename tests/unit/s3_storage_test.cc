@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "ckpt/storage/s3/s3_storage.h"
-#include "support/s3_server.h"
-#include "support/test_util.h"
+#include "harness/s3_server.h"
+#include "harness/test_util.h"
 
 namespace ckpt::s3 {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::convert {
 namespace {

@@ -16,8 +16,8 @@
 #include "ckpt/protocol/save_progress.h"
 #include "faults/fault_env.h"
 #include "faults/fault_spec.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

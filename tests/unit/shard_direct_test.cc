@@ -16,8 +16,8 @@
 #include "ckpt/format/shard_file.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "faults/fault_env.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -15,7 +15,7 @@
 #include <zstd.h>
 
 #include "ckpt/base/sha256.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -14,8 +14,8 @@
 #include "faults/fault_env.h"
 #include "faults/power_loss.h"
 #include "faults/power_loss_env.h"
-#include "support/storage_conformance.h"
-#include "support/test_util.h"
+#include "harness/storage_conformance.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

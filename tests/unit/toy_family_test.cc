@@ -12,7 +12,7 @@
 #include "ckpt/workload/gpt_local_state.h"
 #include "reshard/family.h"
 #include "reshard/gpt_config_json.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

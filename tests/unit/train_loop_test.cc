@@ -13,7 +13,7 @@
 #include "ckpt/workload/job_setup.h"
 #include "ckpt/workload/train_loop.h"
 #include "reshard/gpt_config_json.h"
-#include "support/test_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::workload {
 namespace {

@@ -14,8 +14,8 @@
 #include "ckpt/workload/philox.h"
 #include "ckpt/workload/train_keys.h"
 #include "ckpt/workload/train_workload.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt::workload {
 namespace {
