@@ -126,16 +126,18 @@ TEST(CliTest, HarnessSwitchesAreOnlyInCkptLab) {
     for (const auto& flag : flags) {
       EXPECT_EQ(product.out.find(flag + " "), std::string::npos) << "ckpt " << cmd << " --help shows " << flag;
       EXPECT_NE(lab.out.find(flag + " "), std::string::npos) << "ckpt-lab " << cmd << " --help lacks " << flag;
-      CmdResult parsed = Ckpt(cmd + " " + required + " " + flag + " 1");
+      CmdResult parsed = Ckpt(cmd + " " + required + " " + flag);
       EXPECT_EQ(parsed.code, 2) << "ckpt " << cmd << " parses " << flag << ": " << parsed.out;
       EXPECT_NE(parsed.out.find("not expected: " + flag), std::string::npos) << "ckpt " << cmd << ": " << parsed.out;
     }
   }
-  for (const std::string harness_cmd : {"faults", "scenario"}) {
-    CmdResult product = Ckpt(harness_cmd + " --help");
-    EXPECT_EQ(product.code, 2) << "ckpt has the harness command " << harness_cmd << ": " << product.out;
-    EXPECT_EQ(Ckpt("--help").out.find("\n  " + harness_cmd + " "), std::string::npos) << harness_cmd;
-    EXPECT_NE(testing::RunCkptLab("--help").out.find("\n  " + harness_cmd), std::string::npos) << harness_cmd;
+  for (const std::string& harness_cmd : std::vector<std::string>{"faults run --work " + root, "scenario list"}) {
+    const std::string name = harness_cmd.substr(0, harness_cmd.find(' '));
+    CmdResult product = Ckpt(harness_cmd);
+    EXPECT_EQ(product.code, 2) << "ckpt runs the harness command " << name << ": " << product.out;
+    EXPECT_NE(product.out.find("A subcommand is required"), std::string::npos) << name << ": " << product.out;
+    EXPECT_EQ(Ckpt("--help").out.find("\n  " + name + " "), std::string::npos) << name;
+    EXPECT_NE(testing::RunCkptLab("--help").out.find("\n  " + name + " "), std::string::npos) << name;
   }
 }
 
