@@ -20,7 +20,7 @@ namespace ckpt::cli {
 inline constexpr const char* kFastMpi =
     "--mca pml ob1 --mca coll basic,self,libnbc --mca osc ^rdma,ucx --mca io ^ompio --mca odls_base_sigkill_timeout 0";
 
-// ckpt faults run / deadline (cmd_faults.cc).
+// ckpt-lab faults run / deadline (cmd_faults.cc).
 struct FaultRunFlags {
   std::string work, layout = "tp=2,pp=2,dp=2", model = "tiny", recover = "tp=1", variants, modes = "drop,prefix,torn";
   std::string boundaries = "smart", points, ranks, mpirun, mpi_extra = kFastMpi, json_out, scenarios, child_ckpt;
@@ -31,14 +31,14 @@ struct FaultRunFlags {
 Status RunCampaignCmd(const FaultRunFlags& f);
 Status RunDeadlineCmd(const FaultRunFlags& f);
 
-// ckpt faults child (cmd_faults_child.cc): one rank of a faulted job; a failed
+// ckpt-lab faults child (cmd_faults_child.cc): one rank of a faulted job; a failed
 // rank ends the process itself (without MPI_Finalize).
 struct FaultChildFlags : faults::ChildOptions {
   std::string phase;  // save | load
 };
 Status RunFaultChild(const FaultChildFlags& f);
 
-// ckpt faults powerloss / damage (cmd_faults_disk.cc).
+// ckpt-lab faults powerloss / damage (cmd_faults_disk.cc).
 struct PowerLossFlags {
   std::string dir, mode = "drop";
   int64_t seed = 1;

@@ -1,6 +1,6 @@
 """Shared helpers of the Level 8 scenarios (scripts/scenarios/M1xx.py).
 
-The runner (scripts/harness/scenario_runner.py, behind `ckpt scenario run`)
+The runner (scripts/harness/scenario_runner.py, behind `ckpt-lab scenario run`)
 sets the environment: CKPT (the binary), MPIRUN (prefix before -np), SCRATCH
 (empty dir of this scenario), REDUCED (1: CI size), SCENARIO_ID.
 
@@ -31,7 +31,7 @@ try:
     MPIRUN_STR = os.environ["MPIRUN"]
     MPIRUN = shlex.split(MPIRUN_STR)
 except KeyError as e:  # pragma: no cover - run by hand
-    raise SystemExit(f"run through `ckpt scenario run` ({e} not set)")
+    raise SystemExit(f"run through `ckpt-lab scenario run` ({e} not set)")
 REDUCED = os.environ.get("REDUCED", "0") == "1"
 PY = sys.executable or "/usr/bin/python3"
 STEP_DEADLINE_S = 300.0  # per job; the runner's --timeout-s bounds the whole scenario
