@@ -76,7 +76,7 @@ struct HfImportOptions {
   ShardWriteOptions write;
   Env* env = nullptr;  // nullptr: DefaultEnv()
   // Test hook: may rewrite the HF -> MCore mapping before it is used (the
-  // negative controls of tests/testing); empty in the product.
+  // negative controls of harness/, set by ckpt-lab); empty in the product.
   std::function<void(std::vector<TensorLink>*)> links_hook;
 };
 Result<ConvertStats> ImportHfLlama(const HfImportOptions& opts);

@@ -37,7 +37,7 @@
 namespace ckpt {
 
 namespace testing {
-class AsyncSaveControls;  // tests/testing/async_controls.h: negative control and test hook
+class AsyncSaveControls;  // harness/async_controls.h: negative control and test hook
 }  // namespace testing
 
 struct AsyncSaveOptions {

@@ -1,4 +1,4 @@
-// The storage conformance suite (tests/support/storage_conformance.h) over
+// The storage conformance suite (harness/storage_conformance.h) over
 // the S3 backend, opened the way a user opens it: OpenStorage("s3://...")
 // through the registered "s3" scheme with endpoint and credentials from the
 // AWS_* environment variables. Server: s3rver (started once for the binary;
