@@ -63,9 +63,10 @@ VOLATILE = {
     "M121": {"latency_min_s", "latency_max_s", "nc.seconds_until_killed", "nc.processes_killed"},
     "M111": {"nc.nobal_save_s", "bal_save_s"},
     "M117": {"nc.value_read"},
-    # M115: what the surviving rank had written when its peer crashed depends on scheduling.
-    "M115": {"nc.partial_iter20_dirs", "nc.torn_data_dirs", "nc.inplace_torn_elements", "nc.inplace_torn_fraction",
-             "nc.partial_files"},
+    # M115: what the surviving rank had written when its peer crashed depends on scheduling (the atomic
+    # campaign's tmp leftovers; the in-place control's partial directories and how much of them is torn).
+    "M115": {"tmp_leftover_dirs", "nc.partial_iter20_dirs", "nc.torn_data_dirs", "nc.inplace_torn_elements",
+             "nc.inplace_torn_fraction", "nc.partial_files"},
     # M124: the nondeterministic path sums the embedding gradient in a random order: whether a rerun's loss
     # curve stays bitwise equal, and how far its state drifts, change from run to run (that is its point).
     "M124": {"nd_rerun_exact", "nd_rerun_state_max_rel", "nd_rerun_loss_rel", "nd_lr_loss_rel"},
