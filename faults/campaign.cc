@@ -65,6 +65,7 @@ Campaign::Campaign(const CampaignOptions& opts) : o_(opts) {
   rep_.old_iter = o_.old_iter;
   rep_.new_iter = o_.new_iter;
   rep_.no_fsync = o_.no_fsync;
+  rep_.in_place_commit = o_.in_place_commit;
   rep_.rule = o_.rule == BoundaryRule::kAll
                   ? "all: every traced operation of every rank"
                   : "smart: every operation except data writes, plus the first, middle and last env.pwrite of each "
@@ -86,9 +87,11 @@ std::function<bool(const std::string&)> Campaign::Linker() const {
 }
 
 std::vector<std::string> Campaign::SaveArgs(const std::string& root, const std::string& res, int64_t iter) const {
-  return {"--phase", "save", "--root", root, "--layout", o_.job.layout, "--model", o_.job.model,
-          "--iter", std::to_string(iter), "--result-dir", res, "--timeout-ms",
-          std::to_string(o_.job.timeout_ms), "--chunk-kb", std::to_string(o_.job.chunk_kb)};
+  std::vector<std::string> args = {"--phase", "save", "--root", root, "--layout", o_.job.layout, "--model",
+                                   o_.job.model, "--iter", std::to_string(iter), "--result-dir", res, "--timeout-ms",
+                                   std::to_string(o_.job.timeout_ms), "--chunk-kb", std::to_string(o_.job.chunk_kb)};
+  if (o_.in_place_commit) args.push_back("--in-place-commit");
+  return args;
 }
 
 double Campaign::JobLimit(int cases) const { return cases * (3.0 * o_.job.timeout_ms / 1000 + 3) + 30; }

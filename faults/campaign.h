@@ -64,6 +64,10 @@ struct CampaignOptions {
   std::set<int> ranks;                // empty: all
   int64_t old_iter = 10, new_iter = 20;
   bool no_fsync = false;
+  // Negative control: every save (baseline, traces, runs) commits in place
+  // (inplace_storage.h), so crashes leave an incomplete iter_N or an empty
+  // tracker; recoveries are judged as usual.
+  bool in_place_commit = false;
   uint64_t seed = 1;
   bool keep_runs = false;             // keep every run dir (violations are always kept)
   std::function<void(const std::string&)> log;  // progress and violation lines
@@ -106,7 +110,7 @@ struct CampaignReport {
   std::string layout, model, recover_layout, rule;
   int world = 0;
   int64_t old_iter = 0, new_iter = 0;
-  bool no_fsync = false;
+  bool no_fsync = false, in_place_commit = false;
   std::vector<int64_t> traced_ops;  // per rank
   int64_t boundaries = 0;
   bool trace_stable = true;

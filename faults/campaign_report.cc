@@ -64,6 +64,7 @@ std::string CampaignReport::Table() const {
                       layout.c_str(), world, model.c_str(), static_cast<long long>(old_iter),
                       static_cast<long long>(new_iter), recover_layout.c_str(),
                       no_fsync ? ", fsync DISABLED (negative control)" : "");
+  if (in_place_commit) s += "commit IN PLACE (negative control): iter_N/ and the tracker written in place, no rename\n";
   s += "boundaries (" + rule + ")\n";
   std::string ops;
   for (size_t r = 0; r < traced_ops.size(); ++r) ops += Fmt("%sr%zu %lld", r ? ", " : "", r, static_cast<long long>(traced_ops[r]));
@@ -117,7 +118,8 @@ std::string CampaignReport::Table() const {
 
 nlohmann::json CampaignReport::ToJson() const {
   nlohmann::json j = {{"layout", layout}, {"world", world}, {"model", model}, {"recover_layout", recover_layout},
-                      {"old_iter", old_iter}, {"new_iter", new_iter}, {"no_fsync", no_fsync}, {"rule", rule},
+                      {"old_iter", old_iter}, {"new_iter", new_iter}, {"no_fsync", no_fsync},
+                      {"in_place_commit", in_place_commit}, {"rule", rule},
                       {"traced_ops", traced_ops}, {"boundaries", boundaries}, {"trace_stable", trace_stable},
                       {"violations", violations()}, {"seconds", seconds}, {"reruns", reruns}};
   for (const auto& v : variants) {

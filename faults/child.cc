@@ -9,6 +9,7 @@
 
 #include "ckpt/protocol/checkpoint.h"
 #include "faults/fault_env.h"
+#include "faults/inplace_storage.h"
 #include "faults/jobs.h"
 #include "faults/oracle.h"
 #include "faults/power_loss.h"
@@ -81,6 +82,11 @@ Status SaveCase(workload::GptJob& j, const reshard::GptConfig& model, const std:
   o.write.chunk_bytes = f.chunk_kb * 1024;
   o.layout = reshard::LayoutToJson(j.layout);
   o.metadata = {{"model", name}, {"gpt", reshard::GptConfigToJson(model)}};
+  std::unique_ptr<Storage> in_place;  // through fenv: traced and faulted like the atomic commit's IO
+  if (f.in_place_commit) {
+    in_place = NewInPlaceStorage(&fenv, root);
+    o.storage = in_place.get();
+  }
   // The commit is acknowledged once any rank reaches the "commit" step: from
   // then on the application may rely on it, so recovery must find it.
   const std::string ack = RankFile(result_dir, "ack_rank_", rank, "");

@@ -23,6 +23,8 @@ struct ChildOptions {
   std::string root, layout = "tp=1", model = "tiny", spec, spec_file, trace_dir, power_dir, result_dir, cases;
   int64_t iteration = -1, timeout_ms = 60000, chunk_kb = 16;
   bool fallback = false, no_hash_check = false;
+  // save: commit in place (inplace_storage.h), the negative control of the atomic commit
+  bool in_place_commit = false;
 };
 
 // Writes `text` to `path` directly (evidence for the runner, outside any Env

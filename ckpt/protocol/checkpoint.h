@@ -86,6 +86,11 @@ struct SaveOptions {
   // would still pick the newer, probably older-run, iteration.
   bool allow_older = false;
   StepHook hook;
+  // The root's backend, when a test replaces it (faults/inplace_storage.h:
+  // the non-atomic in-place commit of the M115 negative control); it must be
+  // over `root` with IO through `env`. Used by rank 0 for staging, publish and
+  // the tracker. nullptr: the backend of root's scheme (OpenStorage).
+  Storage* storage = nullptr;
 };
 
 struct SaveStats {

@@ -22,6 +22,19 @@ Status CheckNotOlder(Storage* storage, int64_t iteration) {
       "allow it explicitly (--allow-older / SaveOptions::allow_older)");
 }
 
+// "begin", then the iteration's range.
+Status BeginSave(const StepHook& hook, int64_t iteration) {
+  CKPT_RETURN_IF_ERROR(RunHook(hook, "begin", 0));
+  if (iteration < 0 || iteration > kMaxIteration)
+    return Status::InvalidArgument("iteration " + std::to_string(iteration) + " is out of range [0, " +
+                                   std::to_string(kMaxIteration) + "]");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<StagedSave>> StageSave(Storage* s, int64_t iteration, bool allow_older) {
+  return s->Stage(iteration, [&]() { return allow_older ? Status::Ok() : CheckNotOlder(s, iteration); });
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root) {
@@ -46,13 +59,15 @@ Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& roo
 
 Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,
                                                    const StepHook& hook, bool allow_older) {
-  CKPT_RETURN_IF_ERROR(RunHook(hook, "begin", 0));
-  if (iteration < 0 || iteration > kMaxIteration)
-    return Status::InvalidArgument("iteration " + std::to_string(iteration) + " is out of range [0, " +
-                                   std::to_string(kMaxIteration) + "]");
+  CKPT_RETURN_IF_ERROR(BeginSave(hook, iteration));
   CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
-  Storage* s = storage.get();
-  return s->Stage(iteration, [&]() { return allow_older ? Status::Ok() : CheckNotOlder(s, iteration); });
+  return StageSave(storage.get(), iteration, allow_older);
+}
+
+Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Storage* storage, int64_t iteration, const StepHook& hook,
+                                                   bool allow_older) {
+  CKPT_RETURN_IF_ERROR(BeginSave(hook, iteration));
+  return StageSave(storage, iteration, allow_older);
 }
 
 Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
@@ -126,6 +141,10 @@ Status PublishCheckpoint(StagedSave* staged, const Manifest& m, const StepHook& 
 
 Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook) {
   CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  return UpdateTracker(storage.get(), iteration, hook);
+}
+
+Status UpdateTracker(Storage* storage, int64_t iteration, const StepHook& hook) {
   return storage->WriteTracker(iteration, hook);
 }
 

@@ -42,6 +42,9 @@ Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& roo
 // takes the rank files.
 Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,
                                                    const StepHook& hook, bool allow_older = false);
+// The same on an open Storage (SaveOptions::storage: a backend a test chose).
+Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Storage* storage, int64_t iteration, const StepHook& hook,
+                                                   bool allow_older = false);
 
 // Writes `tensors` (as main replicas) and `objects` into <tmp_dir>/rank_<r>.h5
 // and fsyncs it, every chunk hashed with opts.hash. Returns a one-file partial
@@ -73,5 +76,7 @@ Status PublishCheckpoint(StagedSave* staged, const Manifest& m, const StepHook& 
 // failure does not undo the commit: the tracker then lags, and
 // LatestIteration (checkpoint.h) still finds the iteration.
 Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook);
+// The same on an open Storage.
+Status UpdateTracker(Storage* storage, int64_t iteration, const StepHook& hook);
 
 }  // namespace ckpt

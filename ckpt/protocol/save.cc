@@ -119,7 +119,8 @@ class SaveRun {
 Result<std::string> SaveRun::Begin() {
   std::string msg;
   if (rank_ == 0) {
-    auto staged = PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook, opts_.allow_older);
+    auto staged = opts_.storage ? PrepareSaveDir(opts_.storage, opts_.iteration, opts_.hook, opts_.allow_older)
+                                : PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook, opts_.allow_older);
     msg = staged.ok() ? OkMsg((*staged)->dir()) : ErrMsg(Mine(staged.status(), "begin"));
     if (staged.ok()) {
       staged_ = std::move(staged).value();
@@ -231,7 +232,8 @@ Status SaveRun::Commit(const std::vector<std::string>& votes) {
     return st;
   }
   committed_ = true;
-  Status tracker = UpdateTracker(env_, opts_.root, opts_.iteration, opts_.hook);
+  Status tracker = opts_.storage ? UpdateTracker(opts_.storage, opts_.iteration, opts_.hook)
+                                 : UpdateTracker(env_, opts_.root, opts_.iteration, opts_.hook);
   if (!tracker.ok()) stats_.warning = Warning("tracker update failed", tracker);
   return Status::Ok();
 }

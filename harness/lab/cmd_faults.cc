@@ -61,6 +61,7 @@ Status RunCampaignCmd(const FaultRunFlags& f) {
   for (auto& p : SplitList(f.points)) o.points.insert(p);
   for (auto& r : SplitList(f.ranks)) o.ranks.insert(std::atoi(r.c_str()));
   o.no_fsync = f.no_fsync;
+  o.in_place_commit = f.in_place_commit;
   o.seed = uint64_t(f.seed);
   o.keep_runs = f.keep;
   if (!f.quiet) o.log = Progress;

@@ -40,6 +40,8 @@ void RegisterFaultChild(CLI::App* faults, Status* outcome) {
   cmd->add_option("--cases", f->cases, "save: run many fault cases in this job (JSON lines: root, result_dir, spec)");
   cmd->add_flag("--fallback", f->fallback, "load: fall back to the newest checkpoint that verifies");
   cmd->add_flag("--no-hash-check", f->no_hash_check, "load: skip chunk hashes (shows the value check alone)");
+  cmd->add_flag("--in-place-commit", f->in_place_commit,
+                "save: negative control: write iter_N/ and the tracker in place, as Megatron-LM does");
   cmd->callback([=]() { *outcome = RunFaultChild(*f); });
 }
 
@@ -60,6 +62,9 @@ void RegisterRun(CLI::App* faults, Status* outcome) {
   cmd->add_flag("--no-fsync", f->no_fsync, "negative control: Sync/SyncDir are no-ops in every job");
   cmd->add_flag("--no-hash-check", f->no_hash_check, "negative control: recovery loads skip chunk hashes, so "
                                                      "only the element check stands between damage and 'new'");
+  cmd->add_flag("--in-place-commit", f->in_place_commit,
+                "negative control: every save writes iter_N/ in place (no tmp dir, no rename), manifest.json "
+                "last and the tracker by a plain truncating write, none fsynced: Megatron-LM's torch_dist commit");
   cmd->add_option("--expect", f->expect, "negative control: exit 0 only if each listed outcome (e.g. lost,torn) occurred");
   cmd->add_flag("--keep", f->keep, "keep every run directory");
   cmd->callback([=]() { *outcome = RunCampaignCmd(*f); });

@@ -26,7 +26,7 @@ struct FaultRunFlags {
   std::string boundaries = "smart", points, ranks, mpirun, mpi_extra = kFastMpi, json_out, scenarios, child_ckpt;
   int64_t timeout_ms = 2000, chunk_kb = 16, seed = 1;
   std::string expect;  // negative control: outcomes that must occur
-  bool no_fsync = false, no_hash_check = false, keep = false, quiet = false;
+  bool no_fsync = false, no_hash_check = false, keep = false, quiet = false, in_place_commit = false;
 };
 Status RunCampaignCmd(const FaultRunFlags& f);
 Status RunDeadlineCmd(const FaultRunFlags& f);

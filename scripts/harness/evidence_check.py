@@ -14,8 +14,9 @@ A sentence that interprets measured values is generated from them too:
 of < <= > >=; the
 check fails when CURRENT TEXT is not the branch the evidence selects (--write
 regenerates it). In a table row that quotes a tagged value, every backticked
-identifier with an underscore (`name_x`, `nc.name_x`), and in an "工程验证 ... 引用"
-scoring line every backticked identifier, must be a value the evidence still contains.
+identifier with an underscore (`name_x`, `nc.name_x`), in an "工程验证 ... 引用"
+scoring line every backticked identifier, and anywhere else every backticked
+`nc.name`, must be a value the evidence still contains.
 
   evidence_check.py [--evidence F] [--seeds DIR]          check (CI): exit 1 on a mismatch
   evidence_check.py --write [--evidence F] [--seeds DIR]  regenerate values and rows from F
@@ -62,9 +63,10 @@ VOLATILE = {
     "M121": {"latency_min_s", "latency_max_s", "nc.seconds_until_killed", "nc.processes_killed"},
     "M111": {"nc.nobal_save_s", "bal_save_s"},
     "M117": {"nc.value_read"},
-    # M115: what the surviving rank had written when its peer crashed depends on scheduling.
-    "M115": {"nc.partial_iter20_dirs", "nc.torn_data_dirs", "nc.inplace_torn_elements", "nc.inplace_torn_fraction",
-             "nc.partial_files"},
+    # M115: what the surviving rank had written when its peer crashed depends on scheduling (the atomic
+    # campaign's tmp leftovers; the in-place control's partial directories and how much of them is torn).
+    "M115": {"tmp_leftover_dirs", "nc.partial_iter20_dirs", "nc.torn_data_dirs", "nc.inplace_torn_elements",
+             "nc.inplace_torn_fraction", "nc.partial_files"},
     # M124: the nondeterministic path sums the embedding gradient in a random order: whether a rerun's loss
     # curve stays bitwise equal, and how far its state drifts, change from run to run (that is its point).
     "M124": {"nd_rerun_exact", "nd_rerun_state_max_rel", "nd_rerun_loss_rel", "nd_lr_loss_rel"},
@@ -81,6 +83,7 @@ LABEL_RE = re.compile(r"<!--evl:([^?]+)\?([^|]*)\|(.*?)-->(.*?)<!--/evl-->", re.
 LABEL_EXPR_RE = re.compile(r"\s*([A-Za-z0-9_.]+)\s*(?:(<=|>=|<|>)\s*(?:([0-9.]+)\*)?([A-Za-z0-9_.]+)\s*)?")
 FIELD_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*_[a-z0-9_]*)`")
 CITE_RE = re.compile(r"`((?:nc\.)?[a-z][a-z0-9_]*)`")
+NC_FIELD_RE = re.compile(r"`(nc\.[a-z][a-z0-9_]*)`")
 SEED_LEVEL9_RE = re.compile(r"M(12[5-9]|13[0-9]|140)\.md")
 ROW_RE = re.compile(r"<!-- evidence:begin -->.*?<!-- evidence:end -->", re.S)
 
@@ -118,15 +121,33 @@ def label_holds(ev, expr):
     return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[m.group(2)]
 
 
-def check_fields(path, ev, text):
-    """Backticked evidence fields named in a table row that quotes measured values must still be measured."""
+SCENARIO_ID_RE = re.compile(r"M1[0-9]{2}|L8-X[0-9]{2}")
+
+
+def prose_owner(line, pos, sid):
+    """The scenario a prose `nc.x` at pos belongs to: the last id named before it in the line, else sid."""
+    ids = SCENARIO_ID_RE.findall(line[:pos])
+    return ids[-1] if ids else sid
+
+
+def check_fields(path, ev, text, sid=None, scs=None):
+    """Backticked evidence fields named in a table row that quotes measured values must still be measured;
+    a prose `nc.x` is looked up in the scenario named last before it in its line ("M120 的 `nc.x`")."""
     problems = []
     for line in text.splitlines():
         if line.startswith("|") and "<!--ev:" in line:
             names = FIELD_RE.findall(line)
         elif "工程验证" in line and "引用" in line:  # a scoring point that cites this scenario's fields
             names = CITE_RE.findall(line)
-        else:
+        else:  # anywhere else, a `nc.name` can only mean a negative-control value
+            for m in NC_FIELD_RE.finditer(line):
+                owner = prose_owner(line, m.start(), sid)
+                owner_ev = ev if owner == sid or scs is None else scs.get(owner, {}).get("evidence", {})
+                try:
+                    lookup(owner_ev, m.group(1))
+                except Unmeasured:
+                    problems.append(f"{path}: text cites `{m.group(1)}` of {owner}, which its evidence does not "
+                                    f"contain: {line[:80]}")
             continue
         for name in names:
             try:
@@ -214,7 +235,7 @@ def check_file(path, sid, scs, meta, write, check_rows=True):
         return m.group(0)
 
     new_text = LABEL_RE.sub(label, new_text)
-    problems += check_fields(path, ev, new_text)
+    problems += check_fields(path, ev, new_text, sid, scs)
     want_row = row(sid, sc, meta)
     if not ROW_RE.search(new_text):
         problems.append(f"{path}: no <!-- evidence:begin --> ... <!-- evidence:end --> block")

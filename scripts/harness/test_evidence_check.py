@@ -4,7 +4,8 @@ texts pass against the committed evidence; a copy with one tagged number typed
 differently, one with a tag naming an unmeasured value, one with a stale
 evidence row, one whose generated label (M118) says the opposite of what the
 evidence selects, one whose table row names a field the evidence no longer
-contains, one whose scoring line cites such a field, and one with a question
+contains, one whose scoring line cites such a field, one whose prose cites a
+negative-control field (`nc.x`) the evidence does not contain, and one with a question
 numbered in the seed's Level 9 range (M125) each fail, naming the file."""
 import os
 import re
@@ -56,6 +57,9 @@ def main():
                           "unique_bytes_old"),
             "cited_field": (lambda t: t.replace("- 工程验证（1 分）：引用 `embedding_files`", "- 工程验证（1 分）：引用 `embedding_file_count`", 1),
                             "embedding_file_count", "M114.md"),
+            # a follow-up answer's prose (not a table row, not a scoring line) citing a control value
+            "prose_nc_field": (lambda t: t.replace("M115 的 `nc.partial_iter20_dirs` 就是", "M115 的 `nc.partial_dirs_old` 就是", 1),
+                               "nc.partial_dirs_old", "M115.md"),
             "level9_number": (lambda t: t, "Level 9", "M125.md"),
         }
         for name, case in cases.items():

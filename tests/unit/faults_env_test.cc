@@ -13,6 +13,7 @@
 #include "reshard/parallel_state.h"
 #include "ckpt/protocol/verify.h"
 #include "faults/fault_env.h"
+#include "faults/inplace_storage.h"
 #include "faults/jobs.h"
 #include "faults/oracle.h"
 #include "harness/test_util.h"
@@ -217,7 +218,8 @@ Gpt MakeGpt() {
 }
 
 // The save's error, else its post-commit warning (*committed: it committed).
-Status SaveGpt(const std::string& root, int64_t iter, Env* env, StepHook hook = nullptr, bool* committed = nullptr) {
+Status SaveGpt(const std::string& root, int64_t iter, Env* env, StepHook hook = nullptr, bool* committed = nullptr,
+               Storage* storage = nullptr) {
   Gpt g = MakeGpt();
   CKPT_RETURN_IF_ERROR(FillForIteration(*g.state, g.cfg.vocab_size, iter));
   SaveOptions o;
@@ -226,6 +228,7 @@ Status SaveGpt(const std::string& root, int64_t iter, Env* env, StepHook hook = 
   o.env = env;
   o.write.chunk_bytes = 16 << 10;
   o.hook = std::move(hook);
+  o.storage = storage;
   ShardedStateDict sd = g.state->StateDict();
   auto r = SaveCheckpoint(sd, o);
   if (committed) *committed = r.ok();
@@ -281,6 +284,58 @@ TEST(FaultEnvSweep, EveryFailedOperationLeavesOldOrNew) {
   }
   EXPECT_GT(old_count, 0);
   EXPECT_GT(new_count, 0);  // faults after the commit point keep the new checkpoint
+}
+
+// The M115 control's backend (inplace_storage.h) against the atomic commit:
+// a save failing before its manifest leaves an incomplete iter_20/ in the
+// root (listed; the loader skips it for its missing manifest and loads 10),
+// where the atomic one leaves nothing there; a failure between the tracker's
+// truncation and its write leaves the tracker empty, which the loader
+// refuses (kCorruption naming it) instead of guessing.
+TEST(InPlaceCommit, AFailedSaveLeavesAnIncompleteIterDirTheAtomicOneDoesNot) {
+  const std::string dir = testing::ScratchDir("inplace_commit");
+  ASSERT_TRUE(SaveGpt(dir + "/base", 10, DefaultEnv()).ok());
+  for (bool in_place : {false, true}) {
+    const std::string root = dir + (in_place ? "/inplace" : "/atomic");
+    ASSERT_TRUE(CloneTree(dir + "/base", root).ok());
+    FaultEnv env = MakeEnv("point=step.vote action=eio");
+    auto storage = in_place ? NewInPlaceStorage(&env, root) : nullptr;
+    EXPECT_FALSE(SaveGpt(root, 20, &env, env.Hook(), nullptr, storage.get()).ok());
+    const std::string iter20 = JoinPath(root, IterDirName(20));
+    EXPECT_EQ(PathExists(iter20), in_place) << root;
+    EXPECT_EQ(PathExists(JoinPath(iter20, ShardFileName(0))), in_place) << root;
+    EXPECT_FALSE(PathExists(JoinPath(iter20, kManifestName))) << root;
+    auto loaded = LoadGpt(root);
+    ASSERT_TRUE(loaded.ok()) << root << ": " << loaded.status().ToString();
+    EXPECT_EQ(*loaded, 10) << root;
+  }
+  // The tracker's write is the last pwrite of a clean in-place save.
+  const std::string traced = dir + "/traced";
+  ASSERT_TRUE(CloneTree(dir + "/base", traced).ok());
+  FaultEnv tracer = MakeEnv("");
+  auto tracing = NewInPlaceStorage(&tracer, traced);
+  ASSERT_TRUE(SaveGpt(traced, 20, &tracer, tracer.Hook(), nullptr, tracing.get()).ok());
+  auto clean = LoadGpt(traced);
+  ASSERT_TRUE(clean.ok()) << clean.status().ToString();
+  EXPECT_EQ(*clean, 20);
+  int64_t last_write = -1;
+  for (const auto& e : tracer.Trace())
+    if (e.point == "env.pwrite") last_write = e.nth;
+  ASSERT_GE(last_write, 0);
+  const std::string root = dir + "/torn_tracker";
+  ASSERT_TRUE(CloneTree(dir + "/base", root).ok());
+  FaultEnv env = MakeEnv("point=env.pwrite nth=" + std::to_string(last_write) + " action=eio");
+  auto storage = NewInPlaceStorage(&env, root);
+  bool committed = false;
+  EXPECT_FALSE(SaveGpt(root, 20, &env, env.Hook(), &committed, storage.get()).ok());  // the tracker warning
+  EXPECT_TRUE(committed);
+  auto tracker = DefaultEnv()->Stat(JoinPath(root, kTrackerName));
+  ASSERT_TRUE(tracker.ok() && tracker->exists);
+  EXPECT_EQ(tracker->size, 0u);
+  auto latest = LatestIteration(DefaultEnv(), root);
+  ASSERT_FALSE(latest.ok());
+  EXPECT_EQ(latest.status().code(), Code::kCorruption) << latest.status().ToString();
+  EXPECT_NE(latest.status().message().find(kTrackerName), std::string::npos) << latest.status().ToString();
 }
 
 TEST(FaultEnvSweep, DamageActionAtCommitIsCaught) {
