@@ -19,7 +19,7 @@
 #include "ckpt/base/status.h"
 #include "ckpt/protocol/fingerprint.h"
 #include "ckpt/protocol/verify.h"
-#include "ckpt/workload/gpt_reshard.h"
+#include "ckpt/workload/model_reshard.h"
 #include "ckpt/workload/load_plan.h"
 
 namespace ckpt::cli {
@@ -98,7 +98,7 @@ struct RuleTargetFlags {
 };
 
 struct ReshardFlags {
-  workload::GptReshardRequest req;
+  workload::ModelReshardRequest req;
   RuleTargetFlags rules;
   int64_t chunk_kb = 4096;
   bool json = false;

@@ -14,6 +14,7 @@
 #include "faults/power_loss.h"
 #include "faults/power_loss_env.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 
 namespace ckpt::faults {
 
@@ -80,7 +81,7 @@ Status SaveCase(workload::GptJob& j, const reshard::GptConfig& model, const std:
   o.timeout = Millis(f.timeout_ms);
   o.write.chunk_bytes = f.chunk_kb * 1024;
   o.layout = reshard::LayoutToJson(j.layout);
-  o.metadata = {{"model", name}, {"gpt", reshard::GptConfigToJson(model)}};
+  o.metadata = {{"model", reshard::GptModelMetadata(model, name)}};
   // The commit is acknowledged once any rank reaches the "commit" step: from
   // then on the application may rely on it, so recovery must find it.
   const std::string ack = RankFile(result_dir, "ack_rank_", rank, "");
