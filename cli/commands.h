@@ -89,7 +89,8 @@ struct DiffFlags {
 Status RunDiff(const DiffFlags& f);  // cmd_fingerprint.cc
 
 // Target by rules (any checkpoint; ckpt/protocol/rule_reshard.h) instead of
-// a GPT layout (--to): --ranks N, --shard GLOB:axis=A:parts=P, --to-unsharded.
+// a parallel layout under the recorded model family's rules (--to): --ranks N,
+// --shard GLOB:axis=A:parts=P, --to-unsharded.
 struct RuleTargetFlags {
   int ranks = 0;  // 0: not given
   std::vector<std::string> shard;

@@ -27,7 +27,7 @@ namespace {
 class ModelRankState final : public RankState {
  public:
   ModelRankState(GptLocalState s, std::unique_ptr<DistOptimizerState> opt,
-               reshard::OptimizerFormat format, bool train_state, int rank)
+                 reshard::OptimizerFormat format, bool train_state, int rank)
       : state_(std::move(s)), optimizer_(std::move(opt)), dict_(state_.StateDict()) {
     if (optimizer_) {
       ShardedStateDict o = optimizer_->StateDict(format);

@@ -13,6 +13,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/fingerprint.h"
 #include "ckpt/workload/gpt_local_state.h"
+#include "ckpt/workload/job_setup.h"
 #include "reshard/family.h"
 #include "reshard/gpt_config_json.h"
 #include "cli/commands.h"
@@ -180,8 +181,17 @@ TEST(ToyFamilyTest, GoesThroughCkptInspectReshardAndFingerprint) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->layout["tp"], 2);
   EXPECT_EQ(m->metadata["model"]["family"], "toy_mlp");
-  for (const auto& s : m->shards)
-    if (s.meta.key == "embed.weight") EXPECT_EQ(s.meta.global_shape, (Shape{40, 8}));  // padded per TP 2, not 4
+  for (const auto& s : m->shards) {
+    if (s.meta.key == "embed.weight") {
+      EXPECT_EQ(s.meta.global_shape, (Shape{40, 8}));  // padded per TP 2, not 4
+    }
+  }
+
+  // The GPT job behind `ckpt load/train` refuses it, naming the family.
+  std::string name;
+  auto gpt = workload::ResolveModel("", src, -1, &name);
+  EXPECT_EQ(gpt.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(gpt.status().message().find("toy_mlp"), std::string::npos) << gpt.status().ToString();
 
   const json a = Fingerprint(src), b = Fingerprint(dst);
   ASSERT_TRUE(a.contains("digest") && b.contains("digest")) << a.dump() << b.dump();
