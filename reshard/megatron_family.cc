@@ -47,7 +47,7 @@ nlohmann::json GptModelMetadata(const GptConfig& cfg, const std::string& name) {
 
 Result<std::optional<GptConfig>> RecordedGptConfig(const nlohmann::json& metadata, const std::string& what) {
   const bool legacy = !(metadata.is_object() && metadata.contains("model") && metadata["model"].is_object());
-  const std::string key = legacy ? "metadata.gpt" : "metadata.model.config";
+  const std::string key = legacy ? "metadata.gpt" : "metadata.model";
   Result<std::optional<ModelRef>> model = ModelOf(metadata);
   if (!model.ok()) return model.status().WithContext("checkpoint " + key);
   if (!model->has_value()) return std::optional<GptConfig>();

@@ -282,7 +282,7 @@ CASES = [
     ("iteration_negative", lambda m, d: dict(m, iteration=-1), "iteration"),
     ("metadata_model_int", lambda m, d: (m["metadata"].update(model=5), m)[1], "model"),
     ("metadata_not_object", lambda m, d: dict(m, metadata=[1]), "metadata"),
-    ("metadata_model_config_string", set_model("config", "x"), "model.config"),
+    ("metadata_model_config_string", set_model("config", "x"), "config"),
     ("metadata_model_family_unknown", set_model("family", "no_such_family"), "no_such_family"),
     ("metadata_model_family_int", set_model("family", 5), "family"),
     ("gpt_hidden_1e7", set_gpt("hidden", 10**7), "model"),
