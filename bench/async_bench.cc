@@ -36,6 +36,7 @@
 #include "ckpt/workload/job_setup.h"
 #include "ckpt/workload/rank_report.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 #include "reshard/megatron_gpt.h"
 
 namespace ckpt::bench {
@@ -207,7 +208,7 @@ Result<ShardedStateDict> RankState(const std::string& model_name, const Parallel
   *keep = std::make_unique<workload::GptLocalState>(std::move(state));
   opts->root = root;
   opts->layout = reshard::LayoutToJson(pc);
-  opts->metadata = {{"model", model_name}, {"gpt", reshard::GptConfigToJson(model)}};
+  opts->metadata = {{"model", reshard::GptModelMetadata(model, model_name)}};
   return (*keep)->StateDict();
 }
 

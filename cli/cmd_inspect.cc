@@ -1,11 +1,15 @@
-// ckpt inspect: what a checkpoint holds (tensors, shapes, dtypes, sizes, layout).
+// ckpt inspect: what a checkpoint holds (tensors, shapes, dtypes, sizes, layout,
+// the model family its metadata records).
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "ckpt/protocol/checkpoint.h"
 #include "cli/commands.h"
+#include "reshard/family.h"
 
 namespace ckpt::cli {
 namespace {
@@ -33,6 +37,16 @@ std::map<std::string, TensorSummary> Summarise(const Manifest& m) {
   return out;
 }
 
+// The recorded model as the registry resolves it: {"family", "config"} (the
+// family's canonical config), {"error"} when it does not resolve (e.g. a
+// family this build does not register), null when none is recorded.
+nlohmann::json ModelJson(const Manifest& m) {
+  Result<std::optional<reshard::ModelRef>> model = reshard::ModelOf(m.metadata);
+  if (!model.ok()) return {{"error", model.status().ToString()}};
+  if (!model->has_value()) return nullptr;
+  return {{"family", std::string((*model)->family->name())}, {"config", (*model)->config}};
+}
+
 nlohmann::json ToJson(const Manifest& m, const std::string& root) {
   nlohmann::json j;
   j["root"] = root;
@@ -41,6 +55,7 @@ nlohmann::json ToJson(const Manifest& m, const std::string& root) {
   j["chunk_hash"] = std::string(ChunkHashName(m.chunk_hash));
   j["layout"] = m.layout;
   j["metadata"] = m.metadata;
+  j["model"] = ModelJson(m);
   j["files"] = nlohmann::json::array();
   for (const auto& f : m.files) j["files"].push_back({{"name", f.name}, {"rank", f.rank}, {"size", f.size}});
   j["tensors"] = nlohmann::json::array();
@@ -61,6 +76,10 @@ void PrintText(const Manifest& m, const std::string& root) {
               static_cast<long long>(m.iteration), m.format_version, std::string(ChunkHashName(m.chunk_hash)).c_str());
   std::printf("layout   %s\n", m.layout.dump().c_str());
   if (!m.metadata.empty()) std::printf("metadata %s\n", m.metadata.dump().c_str());
+  if (const nlohmann::json model = ModelJson(m); !model.is_null())
+    std::printf("model    %s\n", model.contains("error") ? model["error"].get<std::string>().c_str()
+                                                          : (model["family"].get<std::string>() + " " +
+                                                             model["config"].dump()).c_str());
   std::printf("files    %zu shard files, %lld bytes\n", m.files.size(), static_cast<long long>(m.TotalStoredBytes()));
   std::printf("\n%-60s %-6s %-22s %6s %14s %14s\n", "tensor", "dtype", "global shape", "shards", "bytes", "stored");
   for (const auto& [key, t] : Summarise(m))

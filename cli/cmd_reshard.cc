@@ -1,5 +1,5 @@
 // ckpt reshard: rewrite a checkpoint under another layout, offline
-//               (library: ckpt/workload/gpt_reshard.h).
+//               (library: ckpt/workload/model_reshard.h).
 // ckpt plan:    the read plan of a load under another layout, without data
 //               (library: ckpt/workload/load_plan.h).
 #include <cstdio>
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/workload/gpt_reshard.h"
+#include "ckpt/workload/model_reshard.h"
 #include "ckpt/workload/load_plan.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -27,7 +27,7 @@ Status Fail(const char* cmd, const Status& st) {
 
 Status RunReshard(const ReshardFlags& f) {
   if (f.rules.given() || f.req.to.empty()) return RunRuleReshard(f);  // any checkpoint, by rules
-  workload::GptReshardRequest req = f.req;
+  workload::ModelReshardRequest req = f.req;
   req.chunk_bytes = f.chunk_kb * 1024;
   // Counts the source's shard reads (the total is its files); the writes
   // follow them. Only the source's shard files: the destination's read-back
@@ -37,7 +37,7 @@ Status RunReshard(const ReshardFlags& f) {
   progress.SetTotalsFromManifest(req.src, req.iteration);
   progress.CountOnlyUnder(req.src);
   req.env = progress.env();
-  auto r = workload::ReshardGptCheckpoint(req);
+  auto r = workload::ReshardModelCheckpoint(req);
   progress.Finish();
   if (!r.ok()) return Fail("reshard", r.status());
   const OfflineReshardStats& s = r->stats;

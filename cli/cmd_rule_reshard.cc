@@ -1,7 +1,7 @@
 // ckpt reshard / plan by per-key rules (--ranks, --shard, --to-unsharded):
 // any checkpoint, from its manifest's global shapes (library:
-// ckpt/protocol/rule_reshard.h). `--to <GPT layout>` stays the GPT preset
-// (cmd_reshard.cc).
+// ckpt/protocol/rule_reshard.h). `--to <layout>` takes the layout rules of
+// the model family the checkpoint records (cmd_reshard.cc).
 #include <cstdio>
 #include <string>
 
@@ -18,12 +18,12 @@ Status Fail(const char* cmd, const Status& st) {
   return st;
 }
 
-// The by-rules target of the flags; `to` is the GPT layout flag (exclusive).
+// The by-rules target of the flags; `to` is the family layout flag (exclusive).
 Result<RuleLayout> TargetOf(const RuleTargetFlags& f, const std::string& to) {
   if (!to.empty())
-    return Status::InvalidArgument("--to (a GPT layout) and --ranks/--shard/--to-unsharded exclude each other");
+    return Status::InvalidArgument("--to (a parallel layout) and --ranks/--shard/--to-unsharded exclude each other");
   if (!f.given())
-    return Status::InvalidArgument("give the target: --to <GPT layout> (GPT checkpoints), or for any checkpoint "
+    return Status::InvalidArgument("give the target: --to <layout> (checkpoints recording a model family), or for any checkpoint "
                                    "--ranks N [--shard KEY_GLOB:axis=A:parts=P ...], or --to-unsharded");
   if (f.to_unsharded && (f.ranks > 1 || !f.shard.empty()))
     return Status::InvalidArgument("--to-unsharded writes one rank of whole tensors: drop --ranks/--shard");

@@ -15,6 +15,7 @@
 #include "cli/progress.h"
 #include "cli/job_flags.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 
 namespace ckpt::cli {
 namespace {
@@ -36,7 +37,7 @@ SaveOptions Options(const JobFlags& f, const GptJob& j, Compression comp, ChunkH
   o.balance_replicas = !f.no_balance;
   o.allow_older = f.allow_older;
   o.layout = reshard::LayoutToJson(j.layout);
-  o.metadata = {{"model", j.model_name}, {"gpt", ModelToJson(j.model)}};
+  o.metadata = {{"model", reshard::GptModelMetadata(j.model, j.model_name)}};
   if (j.optimizer_spec.format) o.metadata["optimizer"] = OptimizerMetadata(j.optimizer_spec);
   return o;
 }

@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/job_commands.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 
 namespace ckpt::cli {
 namespace {
@@ -70,7 +71,9 @@ Result<SaveOptions> SaveTemplate(const Job& j, const TrainFlags& f) {
   o.timeout = Millis(f.timeout_ms);
   o.allow_older = f.allow_older;
   o.layout = reshard::LayoutToJson(j.layout);
-  o.metadata = {{"model", f.model}, {"gpt", f.cfg.model}, {"train", j.work->config().ArgsJson()}};
+  nlohmann::json model = reshard::ModelMetadata(*reshard::MegatronGptFamily(), f.cfg.model);
+  model["name"] = f.model;
+  o.metadata = {{"model", model}, {"train", j.work->config().ArgsJson()}};
   return o;
 }
 

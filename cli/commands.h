@@ -20,7 +20,7 @@
 #include "ckpt/base/status.h"
 #include "ckpt/protocol/fingerprint.h"
 #include "ckpt/protocol/verify.h"
-#include "ckpt/workload/gpt_reshard.h"
+#include "ckpt/workload/model_reshard.h"
 #include "ckpt/workload/load_plan.h"
 
 namespace ckpt::cli {
@@ -90,7 +90,8 @@ struct DiffFlags {
 Status RunDiff(const DiffFlags& f);  // cmd_fingerprint.cc
 
 // Target by rules (any checkpoint; ckpt/protocol/rule_reshard.h) instead of
-// a GPT layout (--to): --ranks N, --shard GLOB:axis=A:parts=P, --to-unsharded.
+// a parallel layout under the recorded model family's rules (--to): --ranks N,
+// --shard GLOB:axis=A:parts=P, --to-unsharded.
 struct RuleTargetFlags {
   int ranks = 0;  // 0: not given
   std::vector<std::string> shard;
@@ -99,7 +100,7 @@ struct RuleTargetFlags {
 };
 
 struct ReshardFlags {
-  workload::GptReshardRequest req;
+  workload::ModelReshardRequest req;
   RuleTargetFlags rules;
   int64_t chunk_kb = 4096;
   bool json = false;

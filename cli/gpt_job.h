@@ -11,7 +11,6 @@ using workload::AgreedLoadFailure;
 using workload::GptJob;
 using workload::LoadOptimizerSpec;
 using workload::MemoryProbe;
-using workload::ModelToJson;
 using workload::OptimizerMetadata;
 using workload::OptimizerSpec;
 using workload::PrecheckBucketLayout;

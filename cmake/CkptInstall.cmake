@@ -2,7 +2,7 @@
 # `cmake --build <build> --target ckpt_products && cmake --install <build> --prefix <dir>`.
 # Layout under the prefix:
 #   bin/ckpt                              the command (RPATH $ORIGIN/../lib)
-#   lib/libckpt.so.0.1.0 (+ .so.0.1, .so)      layers 0-4: base, reshard, the zstd
+#   lib/libckpt.so.0.1.0 (+ .so.0.1, .so)      layers 0-4: base, geometry, reshard, the zstd
 #   lib/libckpt.a                         filter, format, protocol
 #   lib/libckpt_mpi.so.0.1, libckpt_mpi.a the MPI Comm (links libckpt)
 #   include/ckpt/{ckpt,reshard}/...       public headers only (include root
@@ -21,7 +21,7 @@ set(CKPT_PUBLIC_HEADERS
   ckpt/base/status.h ckpt/base/dtype.h ckpt/base/sharded_tensor.h ckpt/base/env.h ckpt/base/comm.h
   ckpt/base/chunk_hash.h ckpt/storage/storage.h ckpt/storage/layout.h
   ckpt/format/codec.h ckpt/format/shard_file.h ckpt/format/manifest.h
-  reshard/intersect.h reshard/read_plan.h
+  reshard/geometry/intersect.h reshard/geometry/read_plan.h
   ckpt/protocol/checkpoint.h ckpt/protocol/async_save.h ckpt/protocol/snapshot_memory.h
   ckpt/protocol/verify.h ckpt/protocol/fingerprint.h ckpt/protocol/offline_reshard.h)
 set(CKPT_MPI_PUBLIC_HEADERS ckpt/mpi/comm_mpi.h)
@@ -56,7 +56,8 @@ foreach(dep hdf5 zstd xxhash mpi)
   set_target_properties(ckpt_dep_${dep} PROPERTIES EXPORT_NAME dep_${dep})
 endforeach()
 
-set(CKPT_CORE_OBJECTS $<TARGET_OBJECTS:ckpt_base> $<TARGET_OBJECTS:ckpt_storage> $<TARGET_OBJECTS:ckpt_reshard>
+set(CKPT_CORE_OBJECTS $<TARGET_OBJECTS:ckpt_base> $<TARGET_OBJECTS:ckpt_storage> $<TARGET_OBJECTS:ckpt_geometry>
+    $<TARGET_OBJECTS:ckpt_reshard>
     $<TARGET_OBJECTS:ckpt_zstd_filter> $<TARGET_OBJECTS:ckpt_format> $<TARGET_OBJECTS:ckpt_protocol>)
 
 # Usage requirements shared by the shared and the static library. The static

@@ -15,6 +15,7 @@
 #include "faults/power_loss.h"
 #include "faults/power_loss_env.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 
 namespace ckpt::faults {
 
@@ -81,7 +82,7 @@ Status SaveCase(workload::GptJob& j, const reshard::GptConfig& model, const std:
   o.timeout = Millis(f.timeout_ms);
   o.write.chunk_bytes = f.chunk_kb * 1024;
   o.layout = reshard::LayoutToJson(j.layout);
-  o.metadata = {{"model", name}, {"gpt", reshard::GptConfigToJson(model)}};
+  o.metadata = {{"model", reshard::GptModelMetadata(model, name)}};
   std::unique_ptr<Storage> in_place;  // through fenv: traced and faulted like the atomic commit's IO
   if (f.in_place_commit) {
     in_place = NewInPlaceStorage(&fenv, root);

@@ -39,4 +39,33 @@ std::shared_ptr<const ModelFamily> MegatronGptFamily() {
   return family;
 }
 
+nlohmann::json GptModelMetadata(const GptConfig& cfg, const std::string& name) {
+  nlohmann::json j = ModelMetadata(*MegatronGptFamily(), GptConfigToJson(cfg));
+  j["name"] = name;
+  return j;
+}
+
+Result<std::optional<GptConfig>> RecordedGptConfig(const nlohmann::json& metadata, const std::string& what) {
+  const bool legacy = !(metadata.is_object() && metadata.contains("model") && metadata["model"].is_object());
+  const std::string key = legacy ? "metadata.gpt" : "metadata.model";
+  Result<std::optional<ModelRef>> model = ModelOf(metadata);
+  if (!model.ok()) return model.status().WithContext("checkpoint " + key);
+  if (!model->has_value()) return std::optional<GptConfig>();
+  const ModelRef& ref = **model;
+  if (ref.family->name() != kMegatronGptFamily)
+    return Status::FailedPrecondition(what + " needs a " + kMegatronGptFamily + " checkpoint; this one records model family '" +
+                                      std::string(ref.family->name()) + "'");
+  Result<GptConfig> cfg = GptConfigFromJson(ref.config);
+  if (!cfg.ok()) return cfg.status().WithContext("checkpoint " + key);
+  return std::optional<GptConfig>(*cfg);
+}
+
+std::string RecordedModelName(const nlohmann::json& metadata) {
+  if (!metadata.is_object() || !metadata.contains("model")) return "custom";
+  const nlohmann::json& m = metadata["model"];
+  if (m.is_string()) return m.get<std::string>();
+  if (m.is_object() && m.contains("name") && m["name"].is_string()) return m["name"].get<std::string>();
+  return "custom";
+}
+
 }  // namespace ckpt::reshard

@@ -7,13 +7,34 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "reshard/family.h"
+#include "reshard/megatron_gpt.h"
 
 namespace ckpt::reshard {
 
 inline constexpr const char* kMegatronGptFamily = "megatron_gpt";
 
 std::shared_ptr<const ModelFamily> MegatronGptFamily();
+
+// The manifest metadata "model" value of a GPT checkpoint:
+// {"family": "megatron_gpt", "config": GptConfigToJson(cfg), "name": name}
+// (`name`: the preset or source the config came from, e.g. "tiny", "custom").
+nlohmann::json GptModelMetadata(const GptConfig& cfg, const std::string& name);
+
+// The GPT config recorded in manifest metadata ("model" of family
+// megatron_gpt, or the "gpt" object of checkpoints written before the family
+// seam); nullopt when no model is recorded. kFailedPrecondition when another
+// family is recorded (`what` - the tool asking - needs a GPT), the family
+// lookup's kNotFound, kInvalidArgument for a bad config (naming its key).
+Result<std::optional<GptConfig>> RecordedGptConfig(const nlohmann::json& metadata, const std::string& what);
+
+// The recorded model's name: "model"."name", or (before the seam) the string
+// "model"; "custom" when none is recorded.
+std::string RecordedModelName(const nlohmann::json& metadata);
 
 }  // namespace ckpt::reshard

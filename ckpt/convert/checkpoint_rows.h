@@ -3,7 +3,7 @@
 //
 // A read names a key, optionally an index on a stacked leading axis (stacked
 // layer keys), and a range of rows of the remaining first axis (elements for
-// 1-D tensors); it is planned against the manifest (reshard/read_plan.h),
+// 1-D tensors); it is planned against the manifest (reshard/geometry/read_plan.h),
 // and every chunk is read, hash-checked and decoded through the Env. One
 // decoded chunk per saved shard of the key last read is cached, so
 // consecutive row blocks of a key do not re-read a chunk; memory is the
@@ -24,7 +24,7 @@
 #include "ckpt/base/env.h"
 #include "ckpt/format/chunk_reader.h"
 #include "ckpt/format/manifest.h"
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 
 namespace ckpt::convert {
 

@@ -11,7 +11,8 @@
 //    shard straight from the HF files (QKV interleaved, [gate; up]), so memory
 //    is one shard buffer (the largest local tensor), never the model. The
 //    commit is the normal one (nothing visible until the directory rename).
-//    Metadata: "gpt" (with the MCore options), "model", "hf_config",
+//    Metadata: "model" (family megatron_gpt, its config with the MCore
+//    options, name "hf:LlamaForCausalLM"), "hf_config",
 //    "converted_from" - what ckpt's own saves record plus the origin.
 //  - ExportHfLlama: any ckpt GPT checkpoint of Llama shape (any layout; keys
 //    per layer or stacked) -> HF safetensors + config.json, vocab padding

@@ -1,6 +1,7 @@
 // ckpt GPT checkpoint (any layout) -> HF safetensors + config.json (see convert.h).
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 
 #include "ckpt/base/created_dirs.h"
@@ -9,6 +10,7 @@
 #include "ckpt/convert/hf_llama.h"
 #include "ckpt/convert/safetensors.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 
 namespace ckpt::convert {
 namespace {
@@ -18,12 +20,13 @@ using nlohmann::json;
 std::string Str(int64_t v) { return std::to_string(v); }
 
 Result<reshard::GptConfig> SavedGpt(const Manifest& m, const std::string& root) {
-  if (!m.metadata.contains("gpt"))
+  Result<std::optional<reshard::GptConfig>> g = reshard::RecordedGptConfig(m.metadata, "export to HF Llama");
+  if (!g.ok()) return g.status().WithContext("checkpoint under '" + root + "'");
+  if (!g->has_value())
     return Status::InvalidArgument("checkpoint under '" + root +
-                                   "' records no GPT config in its metadata: its tensors' layout rules are unknown");
-  CKPT_ASSIGN_OR_RETURN(reshard::GptConfig g, reshard::GptConfigFromJson(m.metadata["gpt"]));
-  CKPT_RETURN_IF_ERROR(CheckLlamaShaped(g).WithContext("checkpoint under '" + root + "'"));
-  return g;
+                                   "' records no model config in its metadata: its tensors' layout rules are unknown");
+  CKPT_RETURN_IF_ERROR(CheckLlamaShaped(**g).WithContext("checkpoint under '" + root + "'"));
+  return **g;
 }
 
 // Every MCore tensor a link reads exists with the dtype and rows it needs.

@@ -12,6 +12,7 @@
 #include "ckpt/format/file_meta_hash.h"
 #include "ckpt/protocol/commit.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 
 namespace ckpt::convert {
 namespace {
@@ -144,8 +145,7 @@ Result<Manifest> WriteRank(const HfImportOptions& o, Env* env, const std::string
 }
 
 json Metadata(const HfImportOptions& o, const HfModel& m, const SafetensorsDir& dir) {
-  return {{"model", std::string("hf:") + kSupportedArchitecture},
-          {"gpt", reshard::GptConfigToJson(m.gpt)},
+  return {{"model", reshard::GptModelMetadata(m.gpt, std::string("hf:") + kSupportedArchitecture)},
           {"hf_config", m.config},
           {"converted_from", {{"format", "huggingface-safetensors"}, {"dir", o.hf_dir}, {"source", dir.source()}}}};
 }

@@ -1,6 +1,7 @@
 // ckpt checkpoint -> one consolidated torch.save file (see convert.h).
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <map>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "ckpt/convert/checkpoint_rows.h"
 #include "ckpt/convert/convert.h"
 #include "ckpt/convert/torch_save.h"
+#include "reshard/family.h"
 
 namespace ckpt::convert {
 namespace {
@@ -25,14 +27,16 @@ bool ValidUtf8(const std::vector<std::byte>& b) {
   return true;
 }
 
-// Rows of `meta` to export: the vocabulary rows when padding is stripped.
+// Rows of `meta` to export: the rows the recorded model family calls
+// canonical (a padded vocabulary's unpadded rows) when padding is stripped.
 int64_t ExportRows(const ShardedTensor& meta, const Manifest& m, bool keep_padding) {
   if (meta.global_shape.empty()) return 1;
   const int64_t saved = meta.global_shape[0];
   if (keep_padding || !meta.allow_shape_mismatch) return saved;
-  const auto& gpt = m.metadata.contains("gpt") ? m.metadata["gpt"] : nlohmann::json();
-  if (!gpt.is_object() || !gpt.contains("vocab_size") || !gpt["vocab_size"].is_number_integer()) return saved;
-  return std::min(saved, gpt["vocab_size"].get<int64_t>());
+  Result<std::optional<reshard::ModelRef>> model = reshard::ModelOf(m.metadata);
+  if (!model.ok() || !model->has_value()) return saved;
+  const int64_t rows = (*model)->family->CanonicalRows((*model)->config, meta);
+  return rows < 0 ? saved : std::min(saved, rows);
 }
 
 // Adds the one-cell objects; blobs that are not UTF-8 text go into *blobs, to

@@ -6,7 +6,7 @@
 
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/manifest_check.h"
-#include "reshard/intersect.h"
+#include "reshard/geometry/intersect.h"
 
 namespace ckpt {
 namespace {

@@ -33,7 +33,7 @@
 // errors are never retried.
 //
 // Load: tracker -> iter dir -> manifest (self-hash verified) -> read plan
-// (reshard/read_plan.h) -> chunks read once each, hash-checked, decoded and
+// (reshard/geometry/read_plan.h) -> chunks read once each, hash-checked, decoded and
 // scattered into the requested buffers. Works for any layout change the
 // descriptors express (TP/PP/DP, flat ranges, padded vocab).
 //
@@ -55,7 +55,7 @@
 #include "ckpt/base/sharded_tensor.h"
 #include "ckpt/base/status.h"
 #include "ckpt/storage/storage.h"
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 
 namespace ckpt {
 

@@ -3,7 +3,7 @@
 #include <map>
 
 #include "ckpt/format/file_meta_hash.h"
-#include "reshard/intersect.h"
+#include "reshard/geometry/intersect.h"
 
 namespace ckpt {
 namespace {

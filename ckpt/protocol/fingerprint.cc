@@ -14,7 +14,7 @@
 #include "ckpt/format/chunk_reader.h"
 #include "ckpt/base/sha256.h"
 #include "reshard/family.h"
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 
 namespace ckpt {
 namespace {

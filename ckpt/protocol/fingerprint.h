@@ -19,7 +19,7 @@
 // per-object lines. The manifest's iteration and layout are not part of it.
 //
 // Memory: a tensor is read in blocks of whole global rows (axis 0) of about
-// block_bytes each, through a read plan per block (reshard/read_plan.h); each
+// block_bytes each, through a read plan per block (reshard/geometry/read_plan.h); each
 // stored chunk is read, hash-checked and decoded once and kept until the next
 // chunk of the same saved shard is needed, so peak memory is one block plus
 // one decoded chunk per saved shard of the tensor being read - never a whole

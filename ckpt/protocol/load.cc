@@ -18,7 +18,7 @@
 #include "ckpt/protocol/load_internal.h"
 #include "ckpt/protocol/load_share.h"
 #include "ckpt/format/codec.h"
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 
 namespace ckpt {
 namespace {

@@ -19,7 +19,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/format/chunk_reader.h"
 #include "ckpt/format/manifest.h"
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 
 namespace ckpt::load_internal {
 

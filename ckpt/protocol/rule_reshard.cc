@@ -14,7 +14,7 @@
 
 #include "ckpt/format/codec.h"
 #include "ckpt/protocol/checkpoint.h"
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 
 namespace ckpt {
 namespace {

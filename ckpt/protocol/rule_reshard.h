@@ -1,7 +1,8 @@
 // Offline plan / reshard / consolidate of ANY checkpoint, from its manifest
 // alone: every tensor's global shape and dtype come from the manifest, and the
 // target sharding of each key from user rules, so no model config is needed
-// (a GPT checkpoint's layout rules are the preset in workload/gpt_reshard.h).
+// (a checkpoint recording its model family is resharded by that family's
+// rules: workload/model_reshard.h).
 //
 // Target layout: `ranks` target ranks; a tensor key takes the FIRST rule whose
 // glob (fnmatch) matches it, "GLOB:axis=A:parts=P": the tensor is cut into P

@@ -7,7 +7,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/format/chunk_reader.h"
 #include "ckpt/format/file_meta_hash.h"
-#include "reshard/intersect.h"
+#include "reshard/geometry/intersect.h"
 
 namespace ckpt {
 namespace {

@@ -52,8 +52,6 @@ int64_t GptJob::StateBytes() const {
   return state->TotalBytes() + (optimizer ? optimizer->TotalBytes() : 0);
 }
 
-nlohmann::json ModelToJson(const reshard::GptConfig& cfg) { return reshard::GptConfigToJson(cfg); }
-
 namespace {
 
 // MemAvailable of /proc/meminfo over the local ranks, in bytes (-1: unknown).

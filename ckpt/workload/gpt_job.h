@@ -63,9 +63,6 @@ struct GptJob {
 Result<std::unique_ptr<GptJob>> StartGptJob(const std::string& layout_spec, const reshard::GptConfig& model,
                                             const std::string& model_name, const OptimizerSpec& optimizer = {});
 
-// The "gpt" metadata of a checkpoint: GptConfigToJson plus the MoE fields.
-nlohmann::json ModelToJson(const reshard::GptConfig& cfg);
-
 // --model: ResolveModel (ckpt/workload/job_setup.h).
 
 // The optimizer part of `ckpt save`: "none", "model" or "bucket".

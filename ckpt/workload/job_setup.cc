@@ -5,6 +5,7 @@
 
 #include "ckpt/protocol/checkpoint.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 
 namespace ckpt::workload {
 
@@ -91,9 +92,9 @@ namespace {
 reshard::GptConfig WithSavedNormKeys(reshard::GptConfig cfg, const std::string& root, int64_t iteration) {
   if (root.empty()) return cfg;
   Result<Manifest> m = ReadManifestOrOlder(root, iteration);
-  if (!m.ok() || !m->metadata.contains("gpt")) return cfg;  // a fresh root
-  auto saved = reshard::GptConfigFromJson(m->metadata["gpt"]);
-  if (saved.ok()) cfg.norm_keys = saved->norm_keys;
+  if (!m.ok()) return cfg;  // a fresh root
+  auto saved = reshard::RecordedGptConfig(m->metadata, "the layer-norm key style");
+  if (saved.ok() && saved->has_value()) cfg.norm_keys = (*saved)->norm_keys;
   return cfg;
 }
 
@@ -117,19 +118,17 @@ Result<reshard::GptConfig> ResolveModel(const std::string& model, const std::str
     return reshard::GptConfigFromJson(j);
   }
   CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifestOrOlder(root, iteration));
-  if (!m.metadata.contains("gpt"))
-    return Status::InvalidArgument("checkpoint under '" + root + "' records no GPT config; pass --model");
   // The metadata is untrusted (ParseManifest checked only that it is an object).
-  const nlohmann::json& model_name = m.metadata.contains("model") ? m.metadata["model"] : nlohmann::json("custom");
-  if (!model_name.is_string())
-    return Status::InvalidArgument("checkpoint metadata.model must be a string, not " + model_name.dump().substr(0, 80));
-  *name = model_name.get<std::string>();
-  auto saved = reshard::GptConfigFromJson(m.metadata["gpt"]);
-  if (!saved.ok()) return saved.status().WithContext("checkpoint metadata.gpt");
+  CKPT_ASSIGN_OR_RETURN(std::optional<reshard::GptConfig> saved, reshard::RecordedGptConfig(m.metadata, "--model"));
+  if (!saved) return Status::InvalidArgument("checkpoint under '" + root + "' records no model config; pass --model");
+  if (m.metadata.contains("model") && !m.metadata["model"].is_string() && !m.metadata["model"].is_object())
+    return Status::InvalidArgument("checkpoint metadata.model must be a name or an object, not " +
+                                   m.metadata["model"].dump().substr(0, 80));
+  *name = reshard::RecordedModelName(m.metadata);
   CKPT_ASSIGN_OR_RETURN(double model_bytes, reshard::GptModelBytes(*saved));
   // Generous (registration details, padding), yet far below a 10^6-layer bomb.
   if (model_bytes > 4.0 * double(m.TotalTensorBytes()) + double(int64_t(64) << 20))
-    return Status::InvalidArgument("checkpoint metadata.gpt describes " + std::to_string(int64_t(model_bytes / 1e6)) +
+    return Status::InvalidArgument("checkpoint metadata model config describes " + std::to_string(int64_t(model_bytes / 1e6)) +
                                    " MB of parameters, but iteration " + std::to_string(m.iteration) + " holds " +
                                    std::to_string(m.TotalTensorBytes() / 1000000) + " MB of tensors: refusing it");
   return WithOverrides(*saved, model);  // ":k=v,..." adjusts the saved config

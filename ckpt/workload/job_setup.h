@@ -34,8 +34,10 @@ Result<Manifest> ReadManifestOrOlder(const std::string& root, int64_t iteration)
 
 // Resolves a --model value: a preset name with optional overrides
 // ("tiny:hidden=256,num_layers=4", each value a JSON scalar or a bare
-// string), a JSON config ("{...}"), or - empty or ":k=v,..." - the "gpt"
-// config recorded in the checkpoint under `root` (iteration `iteration`, -1:
+// string), a JSON config ("{...}"), or - empty or ":k=v,..." - the GPT
+// config recorded in the checkpoint under `root` ("model" of family
+// megatron_gpt, or an older checkpoint's "gpt"; another family is
+// kFailedPrecondition) (iteration `iteration`, -1:
 // the latest; with a damaged tracker the newest readable manifest), adjusted
 // by the overrides. *name gets the preset name, "custom" or the recorded name.
 // A recorded config is untrusted: refused when it describes more parameter

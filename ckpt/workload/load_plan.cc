@@ -11,6 +11,7 @@
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/job_setup.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 
 namespace ckpt::workload {
 
@@ -19,19 +20,21 @@ using nlohmann::json;
 Result<SavedModel> ReadSavedModel(const std::string& root, int64_t iteration) {
   SavedModel s;
   CKPT_ASSIGN_OR_RETURN(s.manifest, ReadManifest(DefaultEnv(), root, iteration));
-  if (!s.manifest.metadata.contains("gpt"))
+  Result<std::optional<reshard::ModelRef>> model = reshard::ModelOf(s.manifest.metadata);
+  if (!model.ok()) return model.status().WithContext("checkpoint under '" + root + "'");
+  if (!model->has_value())
     return Status::InvalidArgument("checkpoint under '" + root +
-                                   "' records no GPT config in its metadata: the layout rules of its tensors are unknown; "
+                                   "' records no model in its metadata: the layout rules of its tensors are unknown; "
                                    "give the target sharding per key instead (ckpt plan/reshard --ranks N "
                                    "--shard KEY_GLOB:axis=A:parts=P, or --to-unsharded)");
-  CKPT_ASSIGN_OR_RETURN(s.model, reshard::GptConfigFromJson(s.manifest.metadata["gpt"]));
+  s.model = **model;
   return s;
 }
 
-Result<std::vector<reshard::GptShard>> TargetShards(const reshard::GptConfig& model, const ParallelConfig& pc,
-                                                    int rank) {
+Result<std::vector<reshard::ModelShard>> TargetShards(const reshard::ModelRef& model, const ParallelConfig& pc,
+                                                      int rank) {
   CKPT_ASSIGN_OR_RETURN(RankCoords c, CoordsOf(pc, rank));
-  return reshard::GptShards(model, pc, c);
+  return model.family->Shards(model.config, pc, c);
 }
 
 namespace {
@@ -39,7 +42,7 @@ namespace {
 // The saved shard index a job of layout `from` would write: every main
 // replica of every rank, file = the rank's index, chunks as the writer lays
 // them out (raw sizes).
-Result<std::vector<reshard::SavedShard>> SimulatedSaved(const reshard::GptConfig& model, const ParallelConfig& from,
+Result<std::vector<reshard::SavedShard>> SimulatedSaved(const reshard::ModelRef& model, const ParallelConfig& from,
                                                         int64_t chunk_bytes) {
   std::vector<reshard::SavedShard> saved;
   for (int r = 0; r < from.world_size(); ++r) {
@@ -61,7 +64,8 @@ Result<SavedModel> SavedForPlan(const LoadPlanRequest& req, std::vector<reshard:
   SavedModel saved;
   if (!req.simulate.empty()) {
     std::string name;
-    CKPT_ASSIGN_OR_RETURN(saved.model, ResolveModel(req.simulate, "", -1, &name));  // preset[:k=v,...]
+    CKPT_ASSIGN_OR_RETURN(reshard::GptConfig gpt, ResolveModel(req.simulate, "", -1, &name));  // preset[:k=v,...]
+    saved.model = {reshard::MegatronGptFamily().get(), reshard::GptConfigToJson(gpt)};
     CKPT_ASSIGN_OR_RETURN(ParallelConfig from, ParallelConfig::Parse(req.from));
     CKPT_ASSIGN_OR_RETURN(*shards, SimulatedSaved(saved.model, from, req.chunk_bytes));
     saved.manifest.layout = reshard::LayoutToJson(from);

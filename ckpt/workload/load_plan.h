@@ -1,4 +1,4 @@
-// `ckpt plan` as library code: the read plan of loading a GPT checkpoint
+// `ckpt plan` as library code: the read plan of loading a checkpoint
 // under another layout, without reading data - per target rank the bytes,
 // chunks and files it reads, and what a read-sharing group (load_share.h)
 // reads from disk together. The checkpoint is real (its manifest) or
@@ -15,23 +15,25 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/format/manifest.h"
-#include "reshard/megatron_gpt.h"
+#include "reshard/family.h"
 #include "reshard/parallel_state.h"
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 
 namespace ckpt::workload {
 
-// A checkpoint's manifest and the GPT config its metadata records.
+// A checkpoint's manifest and the model (family and config) its metadata
+// records (reshard/family.h ModelOf).
 struct SavedModel {
   Manifest manifest;
-  reshard::GptConfig model;
+  reshard::ModelRef model;
 };
-// kInvalidArgument if the metadata records no "gpt" config.
+// kInvalidArgument if the metadata records no model; ModelOf's errors (an
+// unregistered family: kNotFound naming it).
 Result<SavedModel> ReadSavedModel(const std::string& root, int64_t iteration);
 
 // The model descriptors of target rank `rank` of layout `pc`.
-Result<std::vector<reshard::GptShard>> TargetShards(const reshard::GptConfig& model, const ParallelConfig& pc,
-                                                    int rank);
+Result<std::vector<reshard::ModelShard>> TargetShards(const reshard::ModelRef& model, const ParallelConfig& pc,
+                                                      int rank);
 
 struct LoadPlanRequest {
   std::string root = {};      // a real checkpoint, or

@@ -2,7 +2,7 @@
 
 GPTConfig mirrors the fields of ckpt's C++ GptConfig (reshard/megatron_gpt.h)
 that this job supports, with the same names, so model_config_json() in
-state.py can emit ckpt's "gpt" metadata directly. TrainConfig holds the
+state.py can emit the config of ckpt's "megatron_gpt" family directly. TrainConfig holds the
 optimizer, schedule, data and parallel settings of a run; both are plain
 dataclasses that round-trip through JSON (to_json / from_json).
 """

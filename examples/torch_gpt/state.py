@@ -1,6 +1,9 @@
 """Everything a checkpoint needs, per rank, described with ckpt's keys and
 Megatron-Core's sharding rules (ckpt reshard/megatron_gpt.{h,cc},
-reshard/dist_optimizer.h, ckpt/workload/train_keys.h).
+reshard/dist_optimizer.h, ckpt/workload/train_keys.h). The model tensors'
+descriptors are not re-derived here: ckpt.model_shards (the C++ rules of the
+"megatron_gpt" model family) gives each rank's boxes and the parameter slice
+that holds each, and model_shards() below views the parameters accordingly.
 
 Model tensors (key = the parameter's module path, see model.py):
   column-parallel (linear_qkv; linear_fc1 without SwiGLU)  axis 0, replica (0, 0, dp)
@@ -29,11 +32,16 @@ layout-free Philox state under resume.rng, hence the different key).
 
 sharded_state_dict() is collective over the DP group (it merges the sampler
 ledger). It serves the job's own pure-PyTorch reference checkpoint
-(reference.py, --save-ref); a ckpt checkpoint's descriptors come from ckpt's
-torch bridge with the same keys and rules (ckpt_adapter.py: a rule table and
-checkpoint_key; tests/test_bridge_rules.py pins that both agree).
+(reference.py, --save-ref) and its gather/scatter (harness.py); a ckpt
+checkpoint's descriptors come from ckpt's torch bridge with the same keys and
+rules (ckpt_adapter.py: a rule table and checkpoint_key;
+tests/test_bridge_rules.py pins that the bridge agrees with ckpt.model_shards).
 """
 from __future__ import annotations
+
+import functools
+import json
+import math
 
 import torch
 import torch.distributed as dist
@@ -73,46 +81,45 @@ def checkpoint_key(name: str) -> str:
     return name
 
 
-def _kind(name: str) -> str:
-    if name.endswith("layernorm.weight"):
-        return "replicated"
-    if name in ("embedding.word_embeddings.weight", "output_layer.weight"):
-        return "vocab"
-    if name.endswith("linear_proj.weight") or name.endswith("linear_fc2.weight"):
-        return "row"
-    if name.endswith("linear_fc1.weight"):
-        return "fc1"
-    if name.endswith("linear_qkv.weight"):
-        return "column"
-    raise ValueError(f"no sharding rule for parameter '{name}'")
+@functools.lru_cache(maxsize=64)
+def _descriptors(config_json: str, tp: int, dp: int, rank: int) -> tuple:
+    """ckpt's descriptors of `rank` (ckpt.model_shards, family "megatron_gpt")."""
+    from .ckpt_io import import_ckpt  # noqa: PLC0415 (ckpt_io imports this module)
+    ckpt = import_ckpt()
+    return tuple(ckpt.model_shards(json.loads(config_json), f"tp={tp},dp={dp}", rank, family="megatron_gpt"))
 
 
-def tensor_shards(key: str, name: str, t: torch.Tensor, cfg: GPTConfig, ps: ParallelState,
-                  naive_fc1: bool = False) -> list[TensorShard]:
-    """The shards of local tensor `t` (parameter `name`'s shape) under `key`."""
-    tp, r, dp = ps.tp, ps.tp_rank, ps.dp_rank
-    split = (0, 0, dp)
-    kind = _kind(name)
-    if kind == "replicated":
-        return [from_rank_offsets(key, t, replica_id=(0, r, dp))]
-    if kind == "vocab":
-        return [from_rank_offsets(key, t, (0, r, tp), replica_id=split, allow_shape_mismatch=True)]
-    if kind == "row":
-        return [from_rank_offsets(key, t, (1, r, tp), replica_id=split)]
-    if kind == "fc1" and cfg.swiglu and not naive_fc1:
-        w, v = t.chunk(2, dim=0)  # views: loading writes into the parameter
-        return [from_rank_offsets(key, w, (0, r, 2 * tp), replica_id=split),
-                from_rank_offsets(key, v, (0, tp + r, 2 * tp), replica_id=split)]
-    return [from_rank_offsets(key, t, (0, r, tp), replica_id=split)]
+def _view(t: torch.Tensor, d: dict) -> torch.Tensor:
+    """The slice of local tensor `t` (a parameter's shape) that descriptor `d`
+    describes: param_offset elements in, local_shape - a view, so loading
+    writes into `t`."""
+    if tuple(t.shape) != tuple(d["param_shape"]):
+        raise ValueError(f"{d['param']}: local shape {tuple(t.shape)}, ckpt's rules say {tuple(d['param_shape'])}")
+    n = math.prod(d["local_shape"])
+    return t.view(-1)[d["param_offset"]:d["param_offset"] + n].view(tuple(d["local_shape"]))
 
 
-def model_shards(model, source=lambda name, p: p, naive_fc1: bool = False) -> list[TensorShard]:
-    """Shards of every parameter of `model`; `source(name, p)` picks the tensor
-    described (the parameter, its grad, an optimizer moment). naive_fc1: the
-    negative control, fc1 as one plain axis-0 slice (wrong at another TP)."""
-    out = []
-    for name, p in model.named_parameters():
-        out += tensor_shards(checkpoint_key(name), name, source(name, p), model.cfg, model.ps, naive_fc1)
+def model_shards(model, source=lambda name, p: p, naive_fc1: bool = False,
+                 key=lambda k: k) -> list[TensorShard]:
+    """Shards of every parameter of `model` by ckpt's rules; `source(name, p)`
+    picks the tensor described (the parameter, its grad, an optimizer moment),
+    `key(k)` the key it is stored under. naive_fc1: the negative control, fc1
+    as one plain axis-0 slice (the gate and up halves mix at another TP)."""
+    ps, params = model.ps, dict(model.named_parameters())
+    descs = _descriptors(json.dumps(model_config_json(model.cfg), sort_keys=True), ps.tp, ps.dp, ps.rank)
+    if {d["param"] for d in descs} != set(params):
+        raise ValueError(f"ckpt's rules describe parameters {sorted({d['param'] for d in descs} ^ set(params))} "
+                         "that this model does not match")
+    out, naive_done = [], set()
+    for d in descs:
+        t = source(d["param"], params[d["param"]])
+        if naive_fc1 and d["key"].endswith("linear_fc1.weight"):
+            if d["param"] not in naive_done:
+                naive_done.add(d["param"])
+                out.append(from_rank_offsets(key(d["key"]), t, (0, ps.tp_rank, ps.tp), replica_id=tuple(d["replica_id"])))
+            continue
+        out.append(TensorShard(key(d["key"]), _view(t, d), tuple(d["global_shape"]), tuple(d["global_offset"]),
+                               tuple(d["replica_id"]), bool(d["allow_shape_mismatch"])))
     return out
 
 
@@ -122,9 +129,7 @@ def optimizer_shards(model, opt: AdamW, naive_fc1: bool = False) -> list[TensorS
                "exp_avg_sq": lambda n, p: opt.exp_avg_sq[n]}
     out = []
     for state in ADAM_STATES:
-        for name, p in model.named_parameters():
-            out += tensor_shards(optimizer_key(state, checkpoint_key(name)), name, sources[state](name, p),
-                                 model.cfg, ps, naive_fc1)
+        out += model_shards(model, sources[state], naive_fc1, key=functools.partial(optimizer_key, state))
     out.append(from_rank_offsets(STEP_KEY, opt.step_tensor,
                                  replica_id=(ps.pp_rank, ps.tp_rank, ps.dp_rank)))
     return out
@@ -179,7 +184,7 @@ def sharded_state_dict(model, optimizer: AdamW, sched: LrScheduler,
 
 
 def model_config_json(cfg: GPTConfig) -> dict:
-    """ckpt's "gpt" metadata (reshard/gpt_config_json.cc GptConfigToJson)."""
+    """The config of ckpt's family "megatron_gpt" (reshard/gpt_config_json.cc GptConfigToJson)."""
     return {"vocab_size": cfg.vocab_size, "hidden": cfg.hidden, "ffn_hidden": cfg.ffn_hidden,
             "num_layers": cfg.num_layers, "num_heads": cfg.num_heads,
             "num_query_groups": cfg.num_query_groups, "kv_channels": cfg.kv_channels,
@@ -191,7 +196,9 @@ def model_config_json(cfg: GPTConfig) -> dict:
 
 
 def checkpoint_metadata(cfg: GPTConfig, ps: ParallelState) -> dict:
-    """Manifest metadata: "gpt" and "layout" let ckpt's C++ tools rebuild the
-    layout rules; "optimizer" as ckpt's ckpt/workload/gpt_job.cc OptimizerMetadata."""
-    return {"model": "torch_gpt", "gpt": model_config_json(cfg), "layout": ps.layout_json(),
+    """Manifest metadata: "model" (family and config, reshard/family.h) and
+    "layout" let ckpt's C++ tools rebuild the layout rules; "optimizer" as
+    ckpt's ckpt/workload/gpt_job.cc OptimizerMetadata."""
+    model = {"family": "megatron_gpt", "config": model_config_json(cfg), "name": "torch_gpt"}
+    return {"model": model, "layout": ps.layout_json(),
             "optimizer": {"format": "model", "bucket_elems": 0, "states": list(ADAM_STATES)}}

@@ -50,7 +50,8 @@ def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=
     over comm): atomic, nothing visible unless every rank wrote its part. Only main
     replicas (replica_id all zeros) are written; replicated shards are spread over
     their holders. metadata: a JSON-serialisable dict recorded in the manifest (e.g.
-    {"gpt": <model config>} for `ckpt plan/reshard`). A save below the newest
+    {"model": {"family": "megatron_gpt", "config": <model config>}} for `ckpt
+    plan/reshard`). A save below the newest
     iteration under root (a restart in a used root) raises FailedPreconditionError
     unless allow_older=True. chunk_hash: the integrity hash of the stored chunks,
     recorded in the manifest: "sha256" (None: the default; tamper-evident) or

@@ -6,8 +6,9 @@ config and a parallel layout.
     # [{"key", "dtype", "global_shape", "global_offset", "local_shape", "replica_id",
     #   "allow_shape_mismatch", "param", "param_shape", "param_offset", "extra_state"}, ...]
 
-`config` is the dict recorded in a checkpoint's metadata ("gpt" for family
-"megatron_gpt", the "config" of "model": {"family", "config"}).
+`config` is the dict recorded in a checkpoint's metadata: the "config" of
+"model": {"family", "config"} (checkpoints written before the family seam
+record a "megatron_gpt" config under "gpt").
 """
 import json
 

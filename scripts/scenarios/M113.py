@@ -33,7 +33,7 @@ def shape(ins, key):
 
 
 ins = {tp: J(f"ins{tp}") for tp in (4, 1, 8)}
-meta = ins[4]["metadata"]["gpt"]
+meta = ins[4]["metadata"]["model"]["config"]
 V, ng, np_ = meta["vocab_size"], meta["num_query_groups"], meta["num_heads"]
 emb = "embedding.word_embeddings.weight"
 qkv = "decoder.layers.0.self_attention.linear_qkv.weight"

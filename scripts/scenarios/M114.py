@@ -38,7 +38,7 @@ run_to("npp4", mpi("tp=1,pp=4", "load", "--root", N, "--json"))  # expected to f
 
 ins, uins = J("ins"), J("uins")
 keys = {t["key"] for t in ins["tensors"]}
-meta = ins["metadata"]["gpt"]
+meta = ins["metadata"]["model"]["config"]
 Lyr, pp, vpp = meta["num_layers"], 2, 2
 Lc = Lyr // (pp * vpp)
 emb = "embedding.word_embeddings.weight"

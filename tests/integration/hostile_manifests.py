@@ -92,8 +92,16 @@ def set_file(field, value):
 
 
 def set_gpt(field, value):
+    """Sets a field of the recorded GPT config (metadata "model": {"family": "megatron_gpt", "config"})."""
     def f(m, d):
-        m["metadata"]["gpt"][field] = value
+        m["metadata"]["model"]["config"][field] = value
+        return m
+    return f
+
+
+def set_model(key, value):
+    def f(m, d):
+        m["metadata"]["model"][key] = value
         return m
     return f
 
@@ -274,12 +282,14 @@ CASES = [
     ("iteration_negative", lambda m, d: dict(m, iteration=-1), "iteration"),
     ("metadata_model_int", lambda m, d: (m["metadata"].update(model=5), m)[1], "model"),
     ("metadata_not_object", lambda m, d: dict(m, metadata=[1]), "metadata"),
-    ("metadata_gpt_string", lambda m, d: (m["metadata"].update(gpt="x"), m)[1], "gpt"),
-    ("gpt_hidden_1e7", set_gpt("hidden", 10**7), "gpt"),
-    ("gpt_num_layers_1e6", set_gpt("num_layers", 10**6), "gpt"),
-    ("gpt_vocab_1e15", set_gpt("vocab_size", 10**15), "gpt"),
+    ("metadata_model_config_string", set_model("config", "x"), "config"),
+    ("metadata_model_family_unknown", set_model("family", "no_such_family"), "no_such_family"),
+    ("metadata_model_family_int", set_model("family", 5), "family"),
+    ("gpt_hidden_1e7", set_gpt("hidden", 10**7), "model"),
+    ("gpt_num_layers_1e6", set_gpt("num_layers", 10**6), "model"),
+    ("gpt_vocab_1e15", set_gpt("vocab_size", 10**15), "model"),
     ("gpt_hidden_float", set_gpt("hidden", 64.5), "hidden"),
-    ("gpt_experts_1e6", set_gpt("num_experts", 10**6), "gpt"),
+    ("gpt_experts_1e6", set_gpt("num_experts", 10**6), "model"),
     ("metadata_optimizer_format_int",
      lambda m, d: (m["metadata"].update(optimizer={"format": 5}), m)[1], "optimizer"),
 ]

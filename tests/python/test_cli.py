@@ -53,7 +53,7 @@ def test_gpt_checkpoint_rewritten_from_python_loads_in_cli(tmp_path):
     src, py = tmp_path / "cli", tmp_path / "py"
     cli("save", "--root", src, "--iter", 5, "--model", "tiny", "--layout", "tp=1")
     m = ckpt.inspect(src)
-    assert "gpt" in m["metadata"], m["metadata"].keys()
+    assert m["metadata"]["model"]["family"] == "megatron_gpt", m["metadata"]
     sd = {}
     for key, info in m["tensors"].items():
         t = ckpt.read_tensor(src, key)

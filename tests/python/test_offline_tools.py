@@ -36,7 +36,7 @@ def python_checkpoint(root):
     sd["e"] = ckpt.ShardedTensor.from_rank_offsets("step_counts", e)
     sd["o"] = ckpt.ShardedObject("extra", {"lr": 0.1, "names": ["a", "b"]})
     ckpt.save(sd, root, 7, metadata={"who": "python"})
-    assert "gpt" not in ckpt.inspect(root)["metadata"]
+    assert "model" not in ckpt.inspect(root)["metadata"]
     return {"layer.w": w, "layer.b": b, "step_counts": e}
 
 

@@ -164,7 +164,8 @@ TEST(ConvertTest, QkvIsInterleavedPerQueryGroupAndFc1IsGateThenUp) {
   EXPECT_EQ((*emb)->global_shape, (Shape{512, 64}));  // 300 padded to 128 * tp
   EXPECT_EQ(rows("embedding.word_embeddings.weight", 300, 212), std::vector<std::byte>(212 * row));  // zeros
   const json& meta = (*src)->manifest().metadata;
-  EXPECT_EQ(meta["gpt"]["num_query_groups"], 4);
+  EXPECT_EQ(meta["model"]["family"], "megatron_gpt");
+  EXPECT_EQ(meta["model"]["config"]["num_query_groups"], 4);
   EXPECT_EQ(meta["hf_config"]["rope_theta"], 500000.0);
   EXPECT_EQ((*src)->manifest().layout["tp"], 2);
 }
@@ -185,8 +186,8 @@ TEST(ConvertTest, McoreOptionsWriteStackedKeysAndExtraStateObjects) {
   bool stacked = false;
   for (const auto& s : m->shards) stacked = stacked || s.meta.key == "decoder.layers.mlp.linear_fc2.weight";
   EXPECT_TRUE(stacked);
-  EXPECT_EQ(m->metadata["gpt"]["stack_layers"], true);
-  EXPECT_EQ(m->metadata["gpt"]["extra_state"], true);
+  EXPECT_EQ(m->metadata["model"]["config"]["stack_layers"], true);
+  EXPECT_EQ(m->metadata["model"]["config"]["extra_state"], true);
 }
 
 Status ImportError(const json& config, const std::function<void(const std::string&)>& damage = {},

@@ -15,9 +15,9 @@
 
 #include "ckpt/base/comm.h"
 #include "ckpt/protocol/checkpoint.h"
-#include "reshard/intersect.h"
+#include "reshard/geometry/intersect.h"
 #include "harness/test_util.h"
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 #include "ckpt/workload/dist_optimizer_state.h"
 #include "ckpt/workload/expected_values.h"
 

@@ -1,7 +1,7 @@
-// Tests for reshard/intersect.h: exact runs on hand-computed cases, a
+// Tests for reshard/geometry/intersect.h: exact runs on hand-computed cases, a
 // brute-force cross-check against an element-by-element reference, large
 // Megatron-shaped cases, and CheckCoverage errors.
-#include "reshard/intersect.h"
+#include "reshard/geometry/intersect.h"
 
 #include <gtest/gtest.h>
 

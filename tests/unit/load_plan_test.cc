@@ -10,6 +10,7 @@
 #include "ckpt/workload/gpt_local_state.h"
 #include "ckpt/workload/load_plan.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 #include "harness/test_util.h"
 
 namespace ckpt::workload {
@@ -18,7 +19,8 @@ namespace {
 // Saves the tiny preset under `layout` (threads as ranks) with `chunk_bytes`.
 void SaveTiny(const std::string& root, const std::string& layout, int64_t chunk_bytes) {
   const ParallelConfig pc = *ParallelConfig::Parse(layout);
-  const reshard::GptConfig model = *reshard::GptPreset("tiny");
+  const reshard::GptConfig gpt = *reshard::GptPreset("tiny");
+  const reshard::ModelRef model{reshard::MegatronGptFamily().get(), reshard::GptConfigToJson(gpt)};
   auto comms = MakeThreadComms(pc.world_size());
   std::vector<Status> st(size_t(pc.world_size()));
   std::vector<std::thread> threads;
@@ -35,7 +37,7 @@ void SaveTiny(const std::string& root, const std::string& layout, int64_t chunk_
       o.comm = comms[r].get();
       o.write.chunk_bytes = chunk_bytes;
       o.layout = reshard::LayoutToJson(pc);
-      o.metadata = {{"model", "tiny"}, {"gpt", reshard::GptConfigToJson(model)}};
+      o.metadata = {{"model", "tiny"}, {"gpt", reshard::GptConfigToJson(gpt)}};  // the pre-family form: still read
       st[r] = SaveCheckpoint(state->StateDict(), o).status();
     });
   for (auto& t : threads) t.join();

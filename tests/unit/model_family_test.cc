@@ -73,5 +73,37 @@ TEST(ModelFamilyTest, UnregisteredFamilyAndBadConfigAreRefused) {
   EXPECT_EQ(RegisterModelFamily(MegatronGptFamily()).code(), Code::kAlreadyExists);
 }
 
+// What GPT saves record now ("model": {family, config, name}) and what they
+// recorded before ("model": name, "gpt": config) give the GPT tools the same
+// config and name; another family is refused by them, naming it.
+TEST(ModelFamilyTest, RecordedGptConfigReadsBothFormsAndRefusesAnotherFamily) {
+  auto tiny = GptPreset("tiny");
+  ASSERT_TRUE(tiny.ok());
+  const json now = {{"model", GptModelMetadata(*tiny, "tiny")}};
+  EXPECT_EQ(now["model"]["family"], "megatron_gpt");
+  EXPECT_EQ(now["model"]["name"], "tiny");
+  EXPECT_FALSE(now.contains("gpt"));
+  const json before = {{"model", "tiny"}, {"gpt", TinyJson()}};
+  for (const json& m : {now, before}) {
+    auto g = RecordedGptConfig(m, "test");
+    ASSERT_TRUE(g.ok() && g->has_value()) << g.status().ToString() << m.dump();
+    EXPECT_EQ(GptConfigToJson(**g), TinyJson());
+    EXPECT_EQ(RecordedModelName(m), "tiny");
+  }
+  auto none = RecordedGptConfig(json::object(), "test");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_EQ(RecordedModelName(json::object()), "custom");
+
+  json other = now;
+  other["model"]["family"] = "t5";
+  EXPECT_EQ(RecordedGptConfig(other, "test").status().code(), Code::kNotFound);
+  json bad = now;
+  bad["model"]["config"]["num_heads"] = 7;
+  auto refused = RecordedGptConfig(bad, "test");
+  EXPECT_EQ(refused.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(refused.status().ToString().find("metadata.model"), std::string::npos) << refused.status().ToString();
+}
+
 }  // namespace
 }  // namespace ckpt::reshard

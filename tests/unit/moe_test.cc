@@ -10,8 +10,8 @@
 #include <memory>
 
 #include "reshard/gpt_config_json.h"
-#include "reshard/intersect.h"
-#include "reshard/read_plan.h"
+#include "reshard/geometry/intersect.h"
+#include "reshard/geometry/read_plan.h"
 #include "ckpt/workload/gpt_local_state.h"
 
 namespace ckpt::reshard {

@@ -1,8 +1,8 @@
-// Tests for reshard/read_plan.h: exact chunk reads on small cases, vocab
+// Tests for reshard/geometry/read_plan.h: exact chunk reads on small cases, vocab
 // padding in both directions, shared-chunk dedup, error cases, a randomized
 // end-to-end check that executes plans on synthetic data, and a timing of a
 // large synthetic plan.
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -1,17 +1,22 @@
 // A toy second model family behind the ModelFamily seam (reshard/family.h):
 // defined here, registered with one call, then saved under three layouts,
 // fingerprinted (its padded vocabulary canonical by its own rule) and loaded
-// resharded from the family the manifest records - no other file names it.
+// resharded from the family the manifest records - no other file names it;
+// then run through the `ckpt` commands (in-process: ckpt_cli) fingerprint,
+// reshard (offline, by the family's rules) and inspect.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <thread>
 
 #include "ckpt/base/comm.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/fingerprint.h"
 #include "ckpt/workload/gpt_local_state.h"
+#include "ckpt/workload/job_setup.h"
 #include "reshard/family.h"
 #include "reshard/gpt_config_json.h"
+#include "cli/commands.h"
 #include "harness/test_util.h"
 
 namespace ckpt {
@@ -135,6 +140,65 @@ TEST(ToyFamilyTest, SavedUnderThreeLayoutsFingerprintsEqualAndLoadsResharded) {
     CKPT_ASSIGN_OR_RETURN(int64_t mismatches, state.CountMismatches(kConfig["vocab"], &bad));
     return mismatches == 0 ? Status::Ok() : Status::Internal("mismatch at " + bad);
   });
+}
+
+// What a `ckpt` command prints on stdout (its --json output), and its Status.
+template <typename Fn>
+json CommandJson(Fn run) {
+  ::testing::internal::CaptureStdout();
+  const Status st = run();
+  std::fflush(stdout);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(st.ok()) << st.ToString() << "\n" << out;
+  return st.ok() ? json::parse(out, nullptr, /*allow_exceptions=*/false) : json();
+}
+
+json Fingerprint(const std::string& root) {
+  cli::FingerprintFlags f;
+  f.root = root;
+  f.json = f.per_tensor = f.no_progress = true;
+  return CommandJson([&] { return cli::RunFingerprint(f); });
+}
+
+TEST(ToyFamilyTest, GoesThroughCkptInspectReshardAndFingerprint) {
+  Toy();
+  const std::string src = SaveToy("toy_cli_tp4dp2", "tp=4,dp=2"), dst = testing::ScratchDir("toy_cli_tp2");
+  cli::InspectFlags in;
+  in.root = src;
+  in.json = true;
+  const json inspected = CommandJson([&] { return cli::RunInspect(in); });
+  EXPECT_EQ(inspected["model"], json({{"family", "toy_mlp"}, {"config", kConfig}})) << inspected.dump();
+
+  // `ckpt reshard --to tp=2`: the target's shards come from the recorded family.
+  cli::ReshardFlags r;
+  r.req.src = src;
+  r.req.dst = dst;
+  r.req.to = "tp=2";
+  r.json = r.no_progress = true;
+  const json resharded = CommandJson([&] { return cli::RunReshard(r); });
+  EXPECT_EQ(resharded["op"], "reshard") << resharded.dump();
+  auto m = ReadManifest(DefaultEnv(), dst, -1);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->layout["tp"], 2);
+  EXPECT_EQ(m->metadata["model"]["family"], "toy_mlp");
+  for (const auto& s : m->shards) {
+    if (s.meta.key == "embed.weight") {
+      EXPECT_EQ(s.meta.global_shape, (Shape{40, 8}));  // padded per TP 2, not 4
+    }
+  }
+
+  // The GPT job behind `ckpt load/train` refuses it, naming the family.
+  std::string name;
+  auto gpt = workload::ResolveModel("", src, -1, &name);
+  EXPECT_EQ(gpt.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(gpt.status().message().find("toy_mlp"), std::string::npos) << gpt.status().ToString();
+
+  const json a = Fingerprint(src), b = Fingerprint(dst);
+  ASSERT_TRUE(a.contains("digest") && b.contains("digest")) << a.dump() << b.dump();
+  EXPECT_EQ(a["digest"], b["digest"]);
+  EXPECT_EQ(a["per_tensor"][0]["key"], "embed.weight");
+  EXPECT_EQ(a["per_tensor"][0]["canonical_shape"], json({37, 8}));
+  EXPECT_EQ(b["per_tensor"][0]["saved_shape"], json({40, 8}));
 }
 
 TEST(ToyFamilyTest, RefusesABadConfigAndASecondRegistration) {

@@ -1,5 +1,6 @@
 """The torch bridge's rule table (ckpt.TensorParallel with Split / GatedSplit,
-keys=) describes this job's model exactly as its hand-written state.py does:
+keys=) describes this job's model exactly as ckpt's own rules do (state.py's
+model_shards, from ckpt.model_shards):
 the same keys, global shapes and offsets, padded-vocab flags and main
 replicas, over views of the same parameter memory, at TP 1, 2 and 4 (DP 2).
 This pins the rules the example needs before its adapter moves onto the

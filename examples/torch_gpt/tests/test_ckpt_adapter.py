@@ -46,7 +46,8 @@ def test_save_load_through_adapter_resumes_bitwise(tmp_path):
         assert torch.equal(a.tensor, b.tensor)
     info = ckpt.inspect(tmp_path)
     meta = info["metadata"]
-    assert meta["gpt"]["dtype"] == "fp32" and meta["layout"]["tp"] == 1
+    assert meta["model"]["family"] == "megatron_gpt" and meta["model"]["config"]["dtype"] == "fp32"
+    assert meta["layout"]["tp"] == 1
     keys = set(info["tensors"]) | set(info["objects"])
     for want in ("optimizer.step", "resume.args", "resume.rng_state", "resume.data_iterator",
                  "optimizer.state.fp32_param.decoder.layers.0.self_attention.linear_qkv.layer_norm_weight",

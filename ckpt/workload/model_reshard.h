@@ -1,9 +1,12 @@
-// Offline reshard of a GPT checkpoint (ckpt's own keys, a model config in its
-// metadata): every target rank's state - model shards, the source's
-// model-space distributed-optimizer state in its format, or a `ckpt train`
-// checkpoint's Adam state - built for ReshardOffline (offline_reshard.h).
-// Bucket-space optimizer state is refused (FailedPrecondition: it loads only
-// into its own bucket layout). `ckpt reshard` is a thin wrapper over this.
+// Offline reshard of a checkpoint whose metadata records its model (a
+// registered family and its config, reshard/family.h): every target rank's
+// state - the family's model shards, the source's model-space
+// distributed-optimizer state in its format (megatron_gpt only), or a `ckpt
+// train` checkpoint's Adam state - built for ReshardOffline
+// (offline_reshard.h). Bucket-space optimizer state is refused
+// (FailedPrecondition: it loads only into its own bucket layout), as is
+// distributed-optimizer state of another family. `ckpt reshard --to` is a
+// thin wrapper over this.
 // Thread safety: one call per process at a time (ReshardOffline's contract).
 #pragma once
 
@@ -19,7 +22,7 @@
 
 namespace ckpt::workload {
 
-struct GptReshardRequest {
+struct ModelReshardRequest {
   std::string src, dst;
   std::string to;                         // target layout, e.g. "tp=2,pp=1,dp=1"
   int64_t iteration = -1;                 // -1: the latest
@@ -29,12 +32,12 @@ struct GptReshardRequest {
   Env* env = nullptr;                     // nullptr: DefaultEnv()
 };
 
-struct GptReshardResult {
+struct ModelReshardResult {
   OfflineReshardStats stats;
   nlohmann::json from_layout;  // the source's layout
   std::string to_layout;       // the target's, canonical
 };
 
-[[nodiscard]] Result<GptReshardResult> ReshardGptCheckpoint(const GptReshardRequest& req);
+[[nodiscard]] Result<ModelReshardResult> ReshardModelCheckpoint(const ModelReshardRequest& req);
 
 }  // namespace ckpt::workload

@@ -17,7 +17,7 @@
 
 #include "ckpt/base/sharded_tensor.h"
 #include "ckpt/base/status.h"
-#include "reshard/intersect.h"
+#include "reshard/geometry/intersect.h"
 
 namespace ckpt::reshard {
 

@@ -1,4 +1,4 @@
-#include "reshard/read_plan.h"
+#include "reshard/geometry/read_plan.h"
 
 #include <algorithm>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "reshard/intersect.h"
+#include "reshard/geometry/intersect.h"
 
 #include <algorithm>
 #include <optional>

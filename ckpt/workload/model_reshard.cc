@@ -1,4 +1,5 @@
-#include "ckpt/workload/gpt_reshard.h"
+// ReshardModelCheckpoint: see model_reshard.h.
+#include "ckpt/workload/model_reshard.h"
 
 #include <deque>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "ckpt/workload/train_keys.h"
 #include "reshard/dist_optimizer.h"
 #include "reshard/gpt_config_json.h"
+#include "reshard/megatron_family.h"
 #include "reshard/parallel_state.h"
 
 namespace ckpt::workload {
@@ -22,10 +24,10 @@ namespace {
 // or, for a `ckpt train` checkpoint (metadata.train), the trainer's Adam state:
 // optimizer.state.<s>.<key> fp32 in each model shard's box and replica, and
 // optimizer.step on rank 0 (train_workload.h).
-class GptRankState final : public RankState {
+class ModelRankState final : public RankState {
  public:
-  GptRankState(GptLocalState s, std::unique_ptr<DistOptimizerState> opt,
-               reshard::OptimizerFormat format, bool train_state, int rank)
+  ModelRankState(GptLocalState s, std::unique_ptr<DistOptimizerState> opt,
+                 reshard::OptimizerFormat format, bool train_state, int rank)
       : state_(std::move(s)), optimizer_(std::move(opt)), dict_(state_.StateDict()) {
     if (optimizer_) {
       ShardedStateDict o = optimizer_->StateDict(format);
@@ -88,7 +90,7 @@ Result<std::optional<SourceOptimizer>> SourceOptimizerOf(const nlohmann::json& m
 
 }  // namespace
 
-Result<GptReshardResult> ReshardGptCheckpoint(const GptReshardRequest& req) {
+Result<ModelReshardResult> ReshardModelCheckpoint(const ModelReshardRequest& req) {
   CKPT_ASSIGN_OR_RETURN(SavedModel saved, ReadSavedModel(req.src, req.iteration));
   CKPT_ASSIGN_OR_RETURN(ParallelConfig target, ParallelConfig::Parse(req.to));
   CKPT_ASSIGN_OR_RETURN(Compression comp, ParseCompression(req.compression));
@@ -105,22 +107,26 @@ Result<GptReshardResult> ReshardGptCheckpoint(const GptReshardRequest& req) {
   o.write.chunk_bytes = req.chunk_bytes;
   o.drop_objects.insert(req.drop_objects.begin(), req.drop_objects.end());
   o.env = req.env;
-  const reshard::GptConfig model = saved.model;
+  std::optional<reshard::GptConfig> gpt;  // the distributed optimizer's rules are Megatron's
+  if (source_opt) {
+    CKPT_ASSIGN_OR_RETURN(gpt, reshard::RecordedGptConfig(saved.manifest.metadata, "distributed-optimizer state"));
+    if (!gpt) return Status::InvalidArgument("distributed-optimizer state without a recorded model");
+  }
   const bool train_state = !source_opt && saved.manifest.metadata.contains("train");
   auto stats = ReshardOffline(o, [&](int rank) -> Result<std::unique_ptr<RankState>> {
-    CKPT_ASSIGN_OR_RETURN(auto shards, TargetShards(model, target, rank));
+    CKPT_ASSIGN_OR_RETURN(auto shards, TargetShards(saved.model, target, rank));
     std::unique_ptr<DistOptimizerState> opt;
     if (source_opt) {
       CKPT_ASSIGN_OR_RETURN(RankCoords c, CoordsOf(target, rank));
-      CKPT_ASSIGN_OR_RETURN(auto s, DistOptimizerState::Create(model, target, c, shards, {source_opt->bucket_elems}));
+      CKPT_ASSIGN_OR_RETURN(auto s, DistOptimizerState::Create(*gpt, target, c, shards, {source_opt->bucket_elems}));
       opt = std::make_unique<DistOptimizerState>(std::move(s));
     }
     CKPT_ASSIGN_OR_RETURN(auto state, GptLocalState::Create(std::move(shards)));
     const auto format = source_opt ? source_opt->format : reshard::OptimizerFormat::kModelSpace;
-    return std::unique_ptr<RankState>(new GptRankState(std::move(state), std::move(opt), format, train_state, rank));
+    return std::unique_ptr<RankState>(new ModelRankState(std::move(state), std::move(opt), format, train_state, rank));
   });
   if (!stats.ok()) return stats.status();
-  return GptReshardResult{*stats, saved.manifest.layout, target.ToString()};
+  return ModelReshardResult{*stats, saved.manifest.layout, target.ToString()};
 }
 
 }  // namespace ckpt::workload
