@@ -69,8 +69,10 @@ struct TrainSaveFlags {
   RetentionPolicy retention; // after each committed save, rank 0 deletes what the policy says (retention.h)
   // The local tier (ckpt/protocol/local_tier.h; cli/train_local.cc): every
   // local_every iterations a local save (own copy + replicas + local commit);
-  // the global saves (--save-every, --steps) then drain from that copy in the
-  // background when --async-save is on (DrainGlobal), else save synchronously.
+  // the global saves (--save-every, --steps) then drain from that copy. With
+  // --async-save the local save blocks only for a copy of the state into host
+  // memory; write, replication, commit and the drain run in the background
+  // (SaveLocalAsync); without it all of that is synchronous.
   std::string local_dir;     // "" = one tier
   int64_t local_every = 0;
   int replicas = 1;
@@ -131,6 +133,14 @@ class TrainSaver final : public workload::TrainCheckpointer {
   // the dedicated communicator in the background (async) or here (sync).
   Result<std::string> DrainGlobal(workload::TrainWorkload& w);
   Result<std::string> JoinDrain(int64_t iteration_now);
+  // The drain of the workload's current iteration from this rank's local
+  // copy, on `comm` (prepares drain_sd_; run it once).
+  std::function<Result<SaveStats>()> MakeDrain(workload::TrainWorkload& w, Comm* comm);
+  // --async-save: the local save as a snapshot, written, replicated and
+  // committed (then the global drain, if due) in the background; JoinLocal
+  // joins it (no-op if none) and returns its log lines or its error.
+  Result<std::string> SaveLocalAsync(workload::TrainWorkload& w, bool global);
+  Result<std::string> JoinLocal(int64_t iteration_now);
   Status KillIfAsked(int64_t it);
 
   // Progress of the save `sd` through `*env` (rank 0); *env becomes its meter.
@@ -156,6 +166,16 @@ class TrainSaver final : public workload::TrainCheckpointer {
   ShardedStateDict drain_sd_;
   std::future<Result<SaveStats>> drain_;
   int64_t drain_row_ = -1;
+  // --async-save with the local tier: the snapshot and its background job.
+  struct LocalJob {
+    std::optional<Result<LocalSaveStats>> local;
+    std::optional<Result<SaveStats>> drain;
+    double seconds = 0;
+  };
+  std::vector<std::byte> local_buf_;
+  ShardedStateDict local_sd_;
+  std::future<LocalJob> local_bg_;
+  int64_t local_row_ = -1, local_drain_row_ = -1;
 };
 
 }  // namespace ckpt::cli
