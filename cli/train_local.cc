@@ -166,7 +166,8 @@ Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
 }
 
 // With --async-save: the local save blocks only for a copy of the state into
-// host memory (local_buf_, allocated at Prepare); the background thread, on
+// host memory (local_snap_, from the async saver's SnapshotMemory: allocated
+// and faulted in at Prepare, copied into with its CopyAll); the background thread, on
 // the saver's own communicator, writes, replicates and commits it and, when a
 // global save is due, then drains that from the committed local copy. One
 // background job at a time: the next save, Finish and --kill-at join it.
@@ -177,14 +178,16 @@ Result<std::string> TrainSaver::SaveLocalAsync(workload::TrainWorkload& w, bool 
   const double wait = Since(t0);
   const auto t1 = Clock::now();
   const ShardedStateDict live = w.SaveDict(parts_);
-  if (local_buf_.size() < size_t(live.TotalBytes())) local_buf_.assign(size_t(live.TotalBytes()), std::byte{0});
+  CKPT_RETURN_IF_ERROR(ReserveLocalSnapshot(live.TotalBytes()));
   local_sd_ = ShardedStateDict();
+  std::vector<SnapshotCopy> copies;
   size_t off = 0;
   for (const auto& t : live.tensors()) {
-    std::memcpy(local_buf_.data() + off, t.data.data(), t.data.size());
-    local_sd_.AddTensor(t.meta, std::span<std::byte>(local_buf_.data() + off, t.data.size()));
+    copies.push_back({local_snap_.data + off, t.data.data(), t.data.size()});
+    local_sd_.AddTensor(t.meta, std::span<std::byte>(local_snap_.data + off, t.data.size()));
     off += t.data.size();
   }
+  CKPT_RETURN_IF_ERROR(local_snap_.memory->CopyAll(copies).WithContext("local tier snapshot"));
   for (const auto& o : live.objects()) local_sd_.AddObject(o.meta, o.bytes);
   const double snap = Since(t1);
   LocalTierOptions lo = *local_;
@@ -212,6 +215,16 @@ Result<std::string> TrainSaver::SaveLocalAsync(workload::TrainWorkload& w, bool 
                 static_cast<long long>(it), 1e3 * (wait + snap), 1e3 * snap,
                 global ? "write, replication and the global drain in the background" : "write and replication in the background");
   return log + line;
+}
+
+Status TrainSaver::ReserveLocalSnapshot(int64_t bytes) {
+  if (local_snap_.data && local_snap_.bytes >= size_t(bytes)) return Status::Ok();
+  CKPT_RETURN_IF_ERROR(JoinLocal(-1).status());  // the snapshot in flight is the one replaced
+  local_snap_ = {};
+  local_snap_.memory = memory_ ? memory_.get() : HostSnapshotMemory();
+  CKPT_ASSIGN_OR_RETURN(local_snap_.data, local_snap_.memory->Allocate(size_t(bytes)));
+  local_snap_.bytes = size_t(bytes);
+  return Status::Ok();
 }
 
 Result<std::string> TrainSaver::JoinLocal(int64_t iteration_now) {

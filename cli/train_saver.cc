@@ -158,7 +158,7 @@ Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, worklo
     CKPT_RETURN_IF_ERROR(PrepareLocal());
     // --async-save: the local snapshot's host buffer, allocated and faulted
     // in now, so the first local save blocks for the copy only.
-    if (saver_) local_buf_.assign(size_t(w.SaveDict(parts_).TotalBytes()), std::byte{0});
+    if (saver_) CKPT_RETURN_IF_ERROR(ReserveLocalSnapshot(w.SaveDict(parts_).TotalBytes()));
     return Status::Ok();
   }
   if (!saver_) return Status::Ok();
