@@ -105,6 +105,7 @@ Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
   const auto t0 = std::chrono::steady_clock::now();
   const workload::ResumeParts parts{!f.no_rng, !f.no_iterator};
   CKPT_ASSIGN_OR_RETURN(TierChoice c, ChooseResumeTier(*j.saver->local(), f.root));
+  const double choose = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Print0(j, "train: resume from the " + c.tier + " tier, iteration " + std::to_string(c.iteration) + ": " + c.why + "\n");
   json out = {{"tier", c.tier}, {"iteration", c.iteration}, {"why", c.why}, {"local_iteration", c.local_iteration},
               {"global_iteration", c.global_iteration}};
@@ -112,24 +113,33 @@ Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
     ShardedStateDict request = j.work->SaveDict(parts);
     CKPT_ASSIGN_OR_RETURN(LocalRestoreStats rs, LocalRestore(request, c.iteration, *j.saver->local()));
     CKPT_RETURN_IF_ERROR(j.work->ApplyLoaded(request, c.iteration, j.comm.get(), parts, Millis(f.timeout_ms)));
-    out.update({{"bytes", rs.load.bytes_read}, {"fetched_bytes", rs.fetched_bytes}, {"from_rank", rs.from_rank}});
+    out.update({{"bytes", rs.load.bytes_read}, {"fetched_bytes", rs.fetched_bytes}, {"from_rank", rs.from_rank},
+                {"phases", {{"fetch", rs.fetch_seconds}, {"load", rs.load_seconds}, {"keep", rs.keep_seconds}}}});
   } else {
     LoadStats ls;
     CKPT_RETURN_IF_ERROR(j.work->Resume(f.root, c.iteration, j.comm.get(), parts, Millis(f.timeout_ms), &ls));
     out["bytes"] = ls.bytes_read;
   }
-  // Every rank's restore time (the job's is the slowest rank's) and the bytes fetched from peers.
+  // Every rank's restore time (the job's is the slowest rank's, with that
+  // rank's phases) and the bytes fetched from peers.
   const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t fetched = out.value("fetched_bytes", int64_t(0));
-  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, json::array({mine, fetched}),
+  json phases = out.value("phases", json::object());
+  phases["choose"] = choose;
+  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, json::array({mine, fetched, phases}),
                                                           Millis(f.timeout_ms), "resume-time"));
   double worst = 0;
   int64_t total = 0, ranks = 0;
-  for (const auto& a : all) {
-    worst = std::max(worst, a.at(0).get<double>());
+  for (size_t r = 0; r < all.size(); ++r) {
+    const auto& a = all[r];
+    if (a.at(0).get<double>() >= worst) {
+      worst = a.at(0).get<double>();
+      out["slowest_rank"] = {{"rank", r}, {"phases_seconds", a.at(2)}};
+    }
     total += a.at(1).get<int64_t>();
     ranks += a.at(1).get<int64_t>() > 0;
   }
+  out.erase("phases");
   out["fetched_bytes_all_ranks"] = total;
   out["ranks_fetched_from_peers"] = ranks;
   out["seconds"] = worst;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "cli/train_saver.h"
@@ -26,7 +27,11 @@ Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
 }
 
 Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
-  if (local_) return JoinDrain(iteration_now);
+  if (local_) {
+    CKPT_ASSIGN_OR_RETURN(std::string log, JoinLocal(iteration_now));
+    CKPT_ASSIGN_OR_RETURN(std::string drained, JoinDrain(iteration_now));
+    return log + drained;
+  }
   if (!saver_ || !saver_->in_flight()) return std::string();
   Result<SaveStats> joined = saver_->Wait();
   if (async_progress_) async_progress_->Finish();  // its final progress line
@@ -54,6 +59,7 @@ Status TrainSaver::PrepareLocal() {
 
 Status TrainSaver::KillIfAsked(int64_t it) {
   if (flags_.kill_at != it && flags_.stall_at != it) return Status::Ok();
+  CKPT_RETURN_IF_ERROR(JoinLocal(it).status());  // this iteration's background local save and drain
   CKPT_RETURN_IF_ERROR(JoinDrain(it).status());  // the global save of this iteration (if any) too
   CKPT_RETURN_IF_ERROR(job_->Barrier(base_.timeout, "kill"));  // every rank is past this iteration's saves
   if (flags_.kill_at == it) {
@@ -73,7 +79,13 @@ Result<std::string> TrainSaver::SaveLocal(workload::TrainWorkload& w) {
   const int64_t it = w.iteration();
   const bool global = !global_due_ || global_due_(it);
   std::string log;
-  if ((flags_.local_every > 0 && it % flags_.local_every == 0) || global) {  // a drain reads this copy
+  const bool due = (flags_.local_every > 0 && it % flags_.local_every == 0) || global;  // a drain reads this copy
+  if (due && saver_) {
+    CKPT_ASSIGN_OR_RETURN(log, SaveLocalAsync(w, global));
+    CKPT_RETURN_IF_ERROR(KillIfAsked(it));
+    return log;
+  }
+  if (due) {
     local_->pinned = drain_.valid() ? rows_[size_t(drain_row_)]["iteration"].get<int64_t>() : -1;
     CKPT_ASSIGN_OR_RETURN(LocalSaveStats st, LocalSave(w.SaveDict(parts_), it, *local_));
     rows_.push_back({{"tier", "local"}, {"iteration", it}, {"blocking_seconds", st.seconds},
@@ -97,8 +109,7 @@ Result<std::string> TrainSaver::SaveLocal(workload::TrainWorkload& w) {
   return log;
 }
 
-Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
-  CKPT_ASSIGN_OR_RETURN(std::string log, JoinDrain(w.iteration()));
+std::function<Result<SaveStats>()> TrainSaver::MakeDrain(workload::TrainWorkload& w, Comm* comm) {
   const int64_t it = w.iteration();
   // The drain's own buffers, shaped like the training state (allocated once).
   ShardedStateDict live = w.SaveDict(parts_);
@@ -113,10 +124,10 @@ Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
   SaveOptions o = base_;
   o.iteration = it;
   if (faulted_.env) o.env = faulted_.env.get(), o.hook = faulted_.hook;
-  o.comm = saver_ ? static_cast<Comm*>(save_comm_.get()) : job_;
+  o.comm = comm;
   const std::string rank_root = JoinPath(local_->NodeDir(local_->node_of(job_->rank())),
                                          "rank_" + std::to_string(job_->rank()));
-  auto drain = [this, o, rank_root, it]() -> Result<SaveStats> {
+  return [this, o, rank_root, it]() -> Result<SaveStats> {
     ShardedStateDict view = LocalView(drain_sd_);
     LoadOptions lo;
     lo.root = rank_root;
@@ -136,6 +147,12 @@ Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
     if (!read.ok()) return read.WithContext("global drain of iteration " + std::to_string(it) + " from the local tier");
     return st;
   };
+}
+
+Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
+  CKPT_ASSIGN_OR_RETURN(std::string log, JoinDrain(w.iteration()));
+  const int64_t it = w.iteration();
+  auto drain = MakeDrain(w, saver_ ? static_cast<Comm*>(save_comm_.get()) : job_);
   rows_.push_back({{"tier", "global"}, {"iteration", it}, {"drained_from", "local"},
                    {"mode", saver_ ? "background" : "sync"}});
   drain_row_ = int64_t(rows_.size()) - 1;
@@ -146,6 +163,93 @@ Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
   drain_ = std::async(std::launch::deferred, drain);
   CKPT_ASSIGN_OR_RETURN(std::string joined, JoinDrain(it));
   return log + joined;
+}
+
+// With --async-save: the local save blocks only for a copy of the state into
+// host memory (local_snap_, from the async saver's SnapshotMemory: allocated
+// and faulted in at Prepare, copied into with its CopyAll); the background thread, on
+// the saver's own communicator, writes, replicates and commits it and, when a
+// global save is due, then drains that from the committed local copy. One
+// background job at a time: the next save, Finish and --kill-at join it.
+Result<std::string> TrainSaver::SaveLocalAsync(workload::TrainWorkload& w, bool global) {
+  const int64_t it = w.iteration();
+  const auto t0 = Clock::now();
+  CKPT_ASSIGN_OR_RETURN(std::string log, JoinLocal(it));
+  const double wait = Since(t0);
+  const auto t1 = Clock::now();
+  const ShardedStateDict live = w.SaveDict(parts_);
+  CKPT_RETURN_IF_ERROR(ReserveLocalSnapshot(live.TotalBytes()));
+  local_sd_ = ShardedStateDict();
+  std::vector<SnapshotCopy> copies;
+  size_t off = 0;
+  for (const auto& t : live.tensors()) {
+    copies.push_back({local_snap_.data + off, t.data.data(), t.data.size()});
+    local_sd_.AddTensor(t.meta, std::span<std::byte>(local_snap_.data + off, t.data.size()));
+    off += t.data.size();
+  }
+  CKPT_RETURN_IF_ERROR(local_snap_.memory->CopyAll(copies).WithContext("local tier snapshot"));
+  for (const auto& o : live.objects()) local_sd_.AddObject(o.meta, o.bytes);
+  const double snap = Since(t1);
+  LocalTierOptions lo = *local_;
+  lo.comm = save_comm_.get();
+  lo.pinned = -1;  // the previous drain was joined above
+  std::function<Result<SaveStats>()> drain;
+  if (global) drain = MakeDrain(w, save_comm_.get());
+  rows_.push_back({{"tier", "local"}, {"iteration", it}, {"mode", "background"}, {"blocking_seconds", wait + snap},
+                   {"wait_previous_seconds", wait}, {"snapshot_seconds", snap}, {"state_bytes", live.TotalBytes()}});
+  local_row_ = int64_t(rows_.size()) - 1;
+  if (global) {
+    rows_.push_back({{"tier", "global"}, {"iteration", it}, {"drained_from", "local"}, {"mode", "background"}});
+    local_drain_row_ = int64_t(rows_.size()) - 1;
+  }
+  local_bg_ = std::async(std::launch::async, [this, lo, it, drain]() {
+    LocalJob job;
+    const auto b0 = Clock::now();
+    job.local = LocalSave(local_sd_, it, lo);
+    if (job.local->ok() && drain) job.drain = drain();
+    job.seconds = Since(b0);
+    return job;
+  });
+  char line[200];
+  std::snprintf(line, sizeof line, "train: local save of iteration %lld: blocked %.3f ms (snapshot %.3f ms), %s\n",
+                static_cast<long long>(it), 1e3 * (wait + snap), 1e3 * snap,
+                global ? "write, replication and the global drain in the background" : "write and replication in the background");
+  return log + line;
+}
+
+Status TrainSaver::ReserveLocalSnapshot(int64_t bytes) {
+  if (local_snap_.data && local_snap_.bytes >= size_t(bytes)) return Status::Ok();
+  CKPT_RETURN_IF_ERROR(JoinLocal(-1).status());  // the snapshot in flight is the one replaced
+  local_snap_ = {};
+  local_snap_.memory = memory_ ? memory_.get() : HostSnapshotMemory();
+  CKPT_ASSIGN_OR_RETURN(local_snap_.data, local_snap_.memory->Allocate(size_t(bytes)));
+  local_snap_.bytes = size_t(bytes);
+  return Status::Ok();
+}
+
+Result<std::string> TrainSaver::JoinLocal(int64_t iteration_now) {
+  if (!local_bg_.valid()) return std::string();
+  const auto t0 = Clock::now();
+  LocalJob job = local_bg_.get();
+  json& row = rows_[size_t(local_row_)];
+  row["wait_seconds"] = Since(t0);
+  row["background_seconds"] = job.seconds;
+  const int64_t it = row["iteration"].get<int64_t>();
+  CKPT_RETURN_IF_ERROR(job.local->status().WithContext("background local save of iteration " + std::to_string(it)));
+  const LocalSaveStats& st = **job.local;
+  row.update({{"write_seconds", st.write_seconds}, {"replicate_seconds", st.replicate_seconds},
+              {"commit_seconds", st.commit_seconds}, {"save_seconds", st.seconds}, {"own_bytes", st.own_bytes},
+              {"network_bytes_sent", st.sent_bytes}, {"network_bytes_received", st.received_bytes},
+              {"buffer_bytes", st.buffer_bytes}, {"steps_until_join", iteration_now - it}});
+  std::string log = "train: local save of iteration " + std::to_string(it) + " committed on " +
+                    std::to_string(local_->replicas) + " replica(s) in the background\n";
+  if (!job.drain) return log;
+  json& g = rows_[size_t(local_drain_row_)];
+  CKPT_RETURN_IF_ERROR(job.drain->status());
+  g.update({{"save_seconds", (*job.drain)->seconds}, {"rank0_bytes", (*job.drain)->bytes_written},
+            {"steps_until_join", iteration_now - it}});
+  return log + "train: global save of iteration " + std::to_string(it) + " committed under " + base_.root + "\n" +
+         Retain(**job.drain);
 }
 
 Result<std::string> TrainSaver::JoinDrain(int64_t iteration_now) {

@@ -151,7 +151,13 @@ Result<std::string> TrainSaver::Save(const ShardedStateDict& sd, SaveOptions o, 
 Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, workload::TrainWorkload& w) {
   base_ = std::move(base);
   parts_ = parts;
-  if (!flags_.local_dir.empty()) return PrepareLocal();
+  if (!flags_.local_dir.empty()) {
+    CKPT_RETURN_IF_ERROR(PrepareLocal());
+    // --async-save: the local snapshot's host buffer, allocated and faulted
+    // in now, so the first local save blocks for the copy only.
+    if (saver_) CKPT_RETURN_IF_ERROR(ReserveLocalSnapshot(w.SaveDict(parts_).TotalBytes()));
+    return Status::Ok();
+  }
   if (!saver_) return Status::Ok();
   const auto t0 = Clock::now();
   CKPT_RETURN_IF_ERROR(saver_->Reserve(AsyncSaver::ArenaBytes(w.SaveDict(parts_))).WithContext("async save arena"));

@@ -69,8 +69,10 @@ struct TrainSaveFlags {
   RetentionPolicy retention; // after each committed save, rank 0 deletes what the policy says (retention.h)
   // The local tier (ckpt/protocol/local_tier.h; cli/train_local.cc): every
   // local_every iterations a local save (own copy + replicas + local commit);
-  // the global saves (--save-every, --steps) then drain from that copy in the
-  // background when --async-save is on (DrainGlobal), else save synchronously.
+  // the global saves (--save-every, --steps) then drain from that copy. With
+  // --async-save the local save blocks only for a copy of the state into host
+  // memory; write, replication, commit and the drain run in the background
+  // (SaveLocalAsync); without it all of that is synchronous.
   std::string local_dir;     // "" = one tier
   int64_t local_every = 0;
   int replicas = 1;
@@ -131,6 +133,16 @@ class TrainSaver final : public workload::TrainCheckpointer {
   // the dedicated communicator in the background (async) or here (sync).
   Result<std::string> DrainGlobal(workload::TrainWorkload& w);
   Result<std::string> JoinDrain(int64_t iteration_now);
+  // The drain of the workload's current iteration from this rank's local
+  // copy, on `comm` (prepares drain_sd_; run it once).
+  std::function<Result<SaveStats>()> MakeDrain(workload::TrainWorkload& w, Comm* comm);
+  // --async-save: the local save as a snapshot, written, replicated and
+  // committed (then the global drain, if due) in the background; JoinLocal
+  // joins it (no-op if none) and returns its log lines or its error.
+  Result<std::string> SaveLocalAsync(workload::TrainWorkload& w, bool global);
+  Result<std::string> JoinLocal(int64_t iteration_now);
+  // The local snapshot's host memory holds `bytes` (allocated, faulted in).
+  Status ReserveLocalSnapshot(int64_t bytes);
   Status KillIfAsked(int64_t it);
 
   // Progress of the save `sd` through `*env` (rank 0); *env becomes its meter.
@@ -156,6 +168,30 @@ class TrainSaver final : public workload::TrainCheckpointer {
   ShardedStateDict drain_sd_;
   std::future<Result<SaveStats>> drain_;
   int64_t drain_row_ = -1;
+  // --async-save with the local tier: the snapshot and its background job.
+  struct LocalJob {
+    std::optional<Result<LocalSaveStats>> local;
+    std::optional<Result<SaveStats>> drain;
+    double seconds = 0;
+  };
+  struct SnapshotArena {  // from a SnapshotMemory (faulted in when allocated), freed with it
+    SnapshotMemory* memory = nullptr;
+    std::byte* data = nullptr;
+    size_t bytes = 0;
+    SnapshotArena() = default;
+    SnapshotArena(const SnapshotArena&) = delete;
+    SnapshotArena& operator=(SnapshotArena&& o) noexcept {
+      std::swap(memory, o.memory), std::swap(data, o.data), std::swap(bytes, o.bytes);
+      return *this;
+    }
+    ~SnapshotArena() {
+      if (data) memory->Free(data, bytes);
+    }
+  };
+  SnapshotArena local_snap_;
+  ShardedStateDict local_sd_;
+  std::future<LocalJob> local_bg_;
+  int64_t local_row_ = -1, local_drain_row_ = -1;
 };
 
 }  // namespace ckpt::cli

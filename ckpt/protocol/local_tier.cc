@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 
 #include "ckpt/base/status_wire.h"
+#include "ckpt/protocol/local_copy_stream.h"
 #include "ckpt/protocol/verify.h"
 
 namespace ckpt {
@@ -47,48 +49,72 @@ struct Ctx {
   }
 };
 
-// The files of a committed iteration dir, packed as name, bytes, name, bytes...
-Result<std::string> PackCopy(Env* env, const std::string& root, int64_t it) {
-  const std::string dir = JoinPath(root, IterDirName(it));
-  CKPT_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
-  std::vector<std::string> parts;
-  for (const auto& n : names) {
-    CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, JoinPath(dir, n)));
-    parts.push_back(n);
-    parts.push_back(std::move(bytes));
-  }
-  return PackStrings(parts);
-}
-
 bool Committed(Env* env, const std::string& root, int64_t it) { return ReadManifest(env, root, it).ok(); }
 
-// Writes a packed copy into <root>/.recv_N/iter_N, verifies every chunk hash
-// against its manifest, then renames it to <root>/iter_N (a stale, unmarked
-// iter_N is replaced). A torn or damaged copy never becomes an iter_N.
-Status StoreCopy(const Ctx& c, const std::string& root, int64_t it, const std::string& packed) {
-  CKPT_ASSIGN_OR_RETURN(auto parts, UnpackStrings(packed));
-  if (parts.size() % 2) return Status::Corruption("malformed local copy (odd part count)");
-  const std::string staging = JoinPath(root, ".recv_" + std::to_string(it));
-  const std::string dir = JoinPath(staging, IterDirName(it));
-  CKPT_RETURN_IF_ERROR(RemoveTree(c.env, staging));
-  CKPT_RETURN_IF_ERROR(CreateDirs(c.env, dir));
-  for (size_t i = 0; i < parts.size(); i += 2) {
-    if (parts[i].empty() || parts[i].find('/') != std::string::npos || parts[i][0] == '.')
-      return Status::Corruption("malformed local copy: file name '" + parts[i] + "'");
-    CKPT_RETURN_IF_ERROR(WriteStringToFileSync(c.env, JoinPath(dir, parts[i]), parts[i + 1]));
-  }
-  CKPT_RETURN_IF_ERROR(c.env->SyncDir(dir));
-  VerifyOptions vo;
-  vo.iteration = it;
-  CKPT_ASSIGN_OR_RETURN(VerifyReport rep, VerifyCheckpoint(c.env, staging, vo));
-  if (!rep.ok()) return Status::Corruption("copy of '" + root + "' iteration " + std::to_string(it) +
-                                           " failed its hash check on arrival: " + rep.issues[0].ToString());
+// Where a copy arriving for `root` is staged: <root>/.recv_N/iter_N (its
+// parent, <root>/.recv_N, is a one-rank checkpoint root itself).
+std::string StagingRoot(const std::string& root, int64_t it) { return JoinPath(root, ".recv_" + std::to_string(it)); }
+std::string IterDir(const std::string& root, int64_t it) { return JoinPath(root, IterDirName(it)); }
+
+// A fresh, empty staging root for a copy of `root` (a stale one is removed).
+Status ClearStaging(const Ctx& c, const std::string& root, int64_t it) {
+  return RemoveTree(c.env, StagingRoot(root, it));
+}
+
+// A staged copy, checked by the caller, renamed to <root>/iter_N (a stale,
+// unmarked iter_N is replaced); a torn or damaged copy never becomes an iter_N.
+Status PublishCopy(const Ctx& c, const std::string& root, int64_t it) {
+  const std::string staging = StagingRoot(root, it);
   CKPT_RETURN_IF_ERROR(c.Step("local_receive"));
   const std::string target = JoinPath(root, IterDirName(it));
   CKPT_RETURN_IF_ERROR(RemoveTree(c.env, target));
-  CKPT_RETURN_IF_ERROR(c.env->RenameNoReplace(dir, target));
+  CKPT_RETURN_IF_ERROR(c.env->RenameNoReplace(JoinPath(staging, IterDirName(it)), target));
   CKPT_RETURN_IF_ERROR(c.env->SyncDir(root));
   return RemoveTree(c.env, staging);
+}
+
+// A replica streamed in at save time: every chunk hash (and the HDF5
+// metadata) verified against its manifest in the staging dir, then published.
+Status CheckReplica(const Ctx& c, const std::string& root, int64_t it) {
+  VerifyOptions vo;
+  vo.iteration = it;
+  CKPT_ASSIGN_OR_RETURN(VerifyReport rep, VerifyCheckpoint(c.env, StagingRoot(root, it), vo));
+  if (!rep.ok()) return Status::Corruption("copy of '" + root + "' iteration " + std::to_string(it) +
+                                           " failed its hash check on arrival: " + rep.issues[0].ToString());
+  return PublishCopy(c, root, it);
+}
+
+// Loads `view` (strict: every byte, chunk hashes checked) from the one-rank
+// root `root`.
+Result<LoadStats> LoadCopy(const Ctx& c, const std::string& root, int64_t it, ShardedStateDict& view) {
+  LoadOptions lo;
+  lo.root = root;
+  lo.iteration = it;
+  lo.env = c.env;
+  lo.timeout = c.o.timeout;
+  lo.strict = StrictMode::kAll;
+  return LoadCheckpoint(view, lo);
+}
+
+// A copy fetched from a peer at restore, streamed into the staging dir: loaded
+// from there, the load checking every chunk hash (the check on arrival; no
+// separate verify pass re-reading and re-hashing it first), then published so
+// this node holds it again. A damaged copy fails the load and is never published.
+Status RestoreFetched(const Ctx& c, int64_t it, ShardedStateDict& view, LocalRestoreStats* st) {
+  const std::string root = c.RankRoot(c.rank);
+  const auto t1 = Clock::now();
+  auto loaded = LoadCopy(c, StagingRoot(root, it), it, view);
+  st->load_seconds = Since(t1);
+  if (!loaded.ok()) {
+    (void)ClearStaging(c, root, it);  // the load's error is the one to report
+    return loaded.status().WithContext("copy of rank " + std::to_string(c.rank) + " fetched from rank " +
+                                       std::to_string(st->from_rank));
+  }
+  st->load = *loaded;
+  const auto t2 = Clock::now();
+  Status published = PublishCopy(c, root, it);
+  st->keep_seconds = Since(t2);
+  return published;
 }
 
 // This node's marker (null if none or unreadable: a torn marker is no marker).
@@ -206,31 +232,37 @@ Status ForgetNewer(const Ctx& c, const TierChoice& ch) {
   return st.ok() ? st : c.Mine(st, ch.iteration, "tier-cleanup");
 }
 
-// Sends my committed copy to my replica holders and stores (verified) the
-// copies sent to me; my own receive failure, or a job-wide earlier failure.
+// Streams my committed copy to my replica holders and the copies whose
+// holder I am into staging, verifies and publishes those; my own failure, or
+// a job-wide earlier one.
 Status Replicate(const Ctx& c, int64_t iteration, LocalSaveStats* st) {
   const auto t1 = Clock::now();
-  std::vector<std::string> out(c.world);
+  std::vector<CopySend> sends;
+  std::vector<CopyRecv> recvs;
   Status prep = [&]() -> Status {
     CKPT_RETURN_IF_ERROR(c.Step("local_replicate"));
-    CKPT_ASSIGN_OR_RETURN(std::string packed, PackCopy(c.env, c.RankRoot(c.rank), iteration));
-    st->own_bytes = int64_t(packed.size());
-    for (int h : c.o.ReplicaHolders(c.rank, c.world)) {
-      out[h] = packed;
-      st->sent_bytes += int64_t(packed.size());
+    for (int h : c.o.ReplicaHolders(c.rank, c.world)) sends.push_back({h, IterDir(c.RankRoot(c.rank), iteration)});
+    for (int s = 0; s < c.world; ++s) {
+      const auto hs = c.o.ReplicaHolders(s, c.world);
+      if (s == c.rank || std::find(hs.begin(), hs.end(), c.rank) == hs.end()) continue;
+      CKPT_RETURN_IF_ERROR(ClearStaging(c, c.RankRoot(s), iteration));
+      recvs.push_back({s, IterDir(StagingRoot(c.RankRoot(s), iteration), iteration)});
     }
     return Status::Ok();
   }();
   CKPT_RETURN_IF_ERROR(c.Agree(prep.ok() ? prep : c.Mine(prep, iteration, "local-replicate"), "local-replicate"));
-  CKPT_ASSIGN_OR_RETURN(auto in, c.comm->AllToAll(std::move(out), c.o.timeout, "local-replicate"));
-  Status recv = Status::Ok();
-  for (int s = 0; s < c.world && recv.ok(); ++s) {
-    if (s == c.rank || in[s].empty()) continue;
-    st->received_bytes += int64_t(in[s].size());
-    recv = StoreCopy(c, c.RankRoot(s), iteration, in[s]);
-    if (!recv.ok()) recv = recv.WithContext("replica of rank " + std::to_string(s));
+  auto streamed = StreamCopies(c.env, c.comm, sends, recvs, c.o.round_bytes, c.o.timeout, "local-replicate");
+  Status recv = streamed.status();
+  if (streamed.ok()) {
+    st->sent_bytes = streamed->sent_bytes;
+    st->received_bytes = streamed->received_bytes;
+    st->buffer_bytes = streamed->buffer_bytes;
+    st->own_bytes = c.o.replicas > 0 ? streamed->sent_bytes / c.o.replicas : 0;
   }
-  st->buffer_bytes = st->sent_bytes + st->received_bytes;
+  for (size_t i = 0; i < recvs.size() && recv.ok(); ++i) {
+    recv = CheckReplica(c, c.RankRoot(recvs[i].from), iteration);
+    if (!recv.ok()) recv = recv.WithContext("replica of rank " + std::to_string(recvs[i].from));
+  }
   st->replicate_seconds = Since(t1);
   return recv.ok() ? c.Step("local_vote") : recv;
 }
@@ -355,40 +387,44 @@ Result<LocalRestoreStats> LocalRestore(ShardedStateDict& request, int64_t iterat
   CKPT_ASSIGN_OR_RETURN(auto all, c.comm->AllGather(mine.dump(), opts.timeout, "restore-holdings"));
   std::vector<json> reps;
   for (auto& m : all) reps.push_back(json::parse(m, nullptr, false));
-  std::vector<std::string> out(c.world);
-  Status send = Status::Ok();
-  for (int s = 0; s < c.world && send.ok(); ++s) {
+  std::vector<CopySend> sends;
+  std::vector<CopyRecv> recvs;
+  for (int s = 0; s < c.world; ++s) {
     if (!reps[s].value("need", false)) continue;
-    int from = -1;  // the lowest leader whose node holds s's copy (the same choice on every rank)
+    // The copy comes from the rank that holds it as its replica (placement:
+    // one sender per lost rank, in parallel), else the lowest leader
+    // holding it; the same choice on every rank.
+    int from = -1;
     for (int r = 0; r < c.world && from < 0; ++r)
       for (const auto& h : reps[r].value("has", json::array())) from = h.get<int>() == s ? r : from;
+    for (int h : opts.ReplicaHolders(s, c.world))
+      for (const auto& x : reps[h - h % opts.ranks_per_node].value("has", json::array()))
+        if (x.get<int>() == s) from = h;
     if (s == c.rank) st.from_rank = from;
-    if (from != c.rank) continue;
-    auto packed = PackCopy(c.env, c.RankRoot(s), iteration);
-    send = packed.ok() ? Status::Ok() : packed.status();
-    if (send.ok()) st.sent_bytes += int64_t(packed->size()), out[s] = std::move(*packed);
+    if (from == c.rank) sends.push_back({s, IterDir(c.RankRoot(s), iteration)});
   }
-  CKPT_ASSIGN_OR_RETURN(auto in, c.comm->AllToAll(std::move(out), opts.timeout, "restore-fetch"));
-  Status got = send;
-  if (got.ok() && reps[c.rank].value("need", false)) {
-    if (st.from_rank < 0 || in[st.from_rank].empty())
-      got = Status::NotFound("no surviving node holds rank " + std::to_string(c.rank) + "'s copy of local iteration " +
-                             std::to_string(iteration));
-    else
-      got = StoreCopy(c, c.RankRoot(c.rank), iteration, in[st.from_rank]);
-    st.fetched_bytes = got.ok() ? int64_t(in[st.from_rank].size()) : 0;
-  }
+  const bool need = reps[c.rank].value("need", false);
+  Status got = Status::Ok();
+  if (need && st.from_rank < 0)
+    got = Status::NotFound("no surviving node holds rank " + std::to_string(c.rank) + "'s copy of local iteration " +
+                           std::to_string(iteration));
+  if (need && got.ok()) got = ClearStaging(c, c.RankRoot(c.rank), iteration);
+  if (need && got.ok())
+    recvs.push_back({st.from_rank, IterDir(StagingRoot(c.RankRoot(c.rank), iteration), iteration)});
+  auto streamed = StreamCopies(c.env, c.comm, got.ok() ? sends : std::vector<CopySend>{}, recvs, opts.round_bytes,
+                               opts.timeout, "restore-fetch");
+  if (got.ok()) got = streamed.status();
+  if (streamed.ok()) st.sent_bytes = streamed->sent_bytes, st.fetched_bytes = streamed->received_bytes;
+  st.fetch_seconds = Since(t0);
   ShardedStateDict view = LocalView(request);
-  if (got.ok()) {
-    LoadOptions lo;
-    lo.root = c.RankRoot(c.rank);
-    lo.iteration = iteration;
-    lo.env = c.env;
-    lo.timeout = opts.timeout;
-    lo.strict = StrictMode::kAll;
-    auto ls = LoadCheckpoint(view, lo);
-    got = ls.ok() ? Status::Ok() : ls.status();
+  if (got.ok() && need) {
+    got = RestoreFetched(c, iteration, view, &st);
+  } else if (got.ok()) {
+    const auto t1 = Clock::now();
+    auto ls = LoadCopy(c, c.RankRoot(c.rank), iteration, view);
+    got = ls.status();
     if (ls.ok()) st.load = *ls;
+    st.load_seconds = Since(t1);
   }
   CKPT_RETURN_IF_ERROR(c.Agree(got.ok() ? got : c.Mine(got, iteration, "local-restore"), "local-restore"));
   for (size_t i = 0; i < view.objects().size(); ++i) request.objects()[i].bytes = view.objects()[i].bytes;

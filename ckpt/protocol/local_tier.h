@@ -59,6 +59,10 @@ struct LocalTierOptions {
   // An older iteration the save's clean-up must keep (-1: none): the one a
   // background global drain is still reading (the same on every rank).
   int64_t pinned = -1;
+  // Copies move between ranks in rounds of at most this many bytes per pair
+  // (local_copy_stream.h: buffers reused every round, not one copy-sized
+  // message); the memory a rank holds for them is about this per peer.
+  int64_t round_bytes = int64_t(1) << 20;
   // Named steps: SaveCheckpoint's own (the rank's local write) plus
   // "local_replicate" (before sending), "local_receive" (before a replica's
   // rename), "local_vote", "local_marker" (before the marker write),
@@ -115,14 +119,20 @@ struct LocalRestoreStats {
   int64_t fetched_bytes = 0;  // this rank's copy fetched from a peer (0: its node had it)
   int64_t sent_bytes = 0;     // copies this rank sent to others
   int from_rank = -1;         // the peer it came from (-1: own node)
+  double fetch_seconds = 0;   // holdings exchange + the peers' copies sent and received
+  double load_seconds = 0;    // loading this node's copy (chunk hashes checked)
+  double keep_seconds = 0;    // a fetched copy staged in, and published to, this node's dir
   double seconds = 0;
   LoadStats load;
 };
 
 // Restores `request` (this rank's state dict, same layout as saved) from
-// local iteration `iteration`: ranks whose node lacks their copy get it from a
-// holder (hash-verified, then kept on this node), then every rank loads its
-// own copy. Collective.
+// local iteration `iteration`: a rank whose node holds its copy loads it from
+// there; a rank whose node lacks it gets it from a holder, stages it on this
+// node, loads it from the staging dir (the load's chunk hash checks are the
+// check on arrival: no separate verify pass) and then publishes it (rename:
+// a torn or damaged copy is never an iter_N). Every chunk hash is checked
+// exactly once. Collective.
 Result<LocalRestoreStats> LocalRestore(ShardedStateDict& request, int64_t iteration, const LocalTierOptions& opts);
 
 }  // namespace ckpt

@@ -155,6 +155,81 @@ TEST(LocalTier, ChoosesGlobalWhenLocalIsLostOrFromAnotherLayout) {
   EXPECT_NE(c.why.find("a layout change restores from global"), std::string::npos) << c.why;
 }
 
+// Counts the bytes read from files whose path contains `part` (all ranks).
+class ReadCounter final : public EnvWrapper {
+ public:
+  ReadCounter(Env* target, std::string part) : EnvWrapper(target), part_(std::move(part)) {}
+  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m, const OpenOptions& o = {}) override {
+    CKPT_ASSIGN_OR_RETURN(auto f, EnvWrapper::OpenFile(p, m, o));
+    if (p.find(part_) == std::string::npos) return f;
+    return std::unique_ptr<File>(new Counted(std::move(f), &bytes));
+  }
+  std::atomic<int64_t> bytes{0};
+
+ private:
+  struct Counted final : FileWrapper {
+    Counted(std::unique_ptr<File> f, std::atomic<int64_t>* n) : FileWrapper(std::move(f)), n_(n) {}
+    Result<size_t> PRead(uint64_t off, std::span<std::byte> dst) override {
+      auto got = FileWrapper::PRead(off, dst);
+      if (got.ok()) *n_ += int64_t(*got);
+      return got;
+    }
+    std::atomic<int64_t>* n_;
+  };
+  std::string part_;
+};
+
+// Regression (issue 33, restart speed): a copy fetched from a peer is read
+// once at restore - its load checks the chunk hashes - not verified from disk
+// and then loaded from disk again (two full reads and hash passes).
+TEST(LocalTier, FetchedCopyIsReadAndHashedOnceAtRestore) {
+  const std::string dir = testing::ScratchDir("local_tier_once");
+  ASSERT_EQ(SaveAll(dir, 2), 0);
+  fs::remove_all(dir + "/node1");
+  ReadCounter counter(DefaultEnv(), "/node1/");
+  OnRanks([&](int r, Comm& c) {
+    LocalTierOptions o = Opts(dir, &c);
+    o.env = &counter;
+    RankState s(r);
+    auto st = LocalRestore(s.sd, 2, o);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    EXPECT_TRUE(s.Holds(r, 2)) << r;
+    if (r >= kPerNode) {
+      EXPECT_GT(st->fetched_bytes, 0) << r;
+    }
+  });
+  int64_t stored = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir + "/node1"))
+    if (e.is_regular_file()) stored += int64_t(e.file_size());
+  ASSERT_GT(stored, 0);
+  EXPECT_LE(counter.bytes.load(), stored) << "node 1's fetched copies (" << stored << " bytes) were read "
+                                          << counter.bytes.load() << " bytes at restore";
+}
+
+// Regression (issue 33, memory per save): replicas move in rounds of
+// round_bytes, so a rank's buffers are about a round per peer, not a whole
+// copy per peer (sent + received).
+TEST(LocalTier, ReplicationBuffersAreBoundedByTheRound) {
+  const std::string dir = testing::ScratchDir("local_tier_rounds");
+  std::atomic<int> bad{0};
+  OnRanks([&](int r, Comm& c) {
+    LocalTierOptions o = Opts(dir, &c);
+    o.round_bytes = 1024;
+    RankState s(r);
+    s.Fill(r, 2);
+    auto st = LocalSave(s.sd, 2, o);
+    if (!st.ok() || st->buffer_bytes > 2 * o.round_bytes || st->own_bytes <= o.round_bytes ||
+        st->sent_bytes != st->own_bytes || st->received_bytes != st->own_bytes)
+      ++bad;
+  });
+  EXPECT_EQ(bad, 0);
+  bool exact = false;
+  fs::remove_all(dir + "/node0");
+  TierChoice c = RestoreAll(dir, dir + "/global", &exact);
+  EXPECT_EQ(c.iteration, 2) << c.why;
+  EXPECT_TRUE(exact);
+}
+
 // The campaign. Each run: iteration 2 complete, iteration 4 fails on one
 // rank at one step; then (a single-node kill at that step) the failing
 // rank's node is lost too (its directory removed), or not.
