@@ -123,26 +123,13 @@ Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
   // Every rank's restore time (the job's is the slowest rank's, with that
   // rank's phases) and the bytes fetched from peers.
   const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t fetched = out.value("fetched_bytes", int64_t(0));
   json phases = out.value("phases", json::object());
   phases["choose"] = choose;
-  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, json::array({mine, fetched, phases}),
-                                                          Millis(f.timeout_ms), "resume-time"));
-  double worst = 0;
-  int64_t total = 0, ranks = 0;
-  for (size_t r = 0; r < all.size(); ++r) {
-    const auto& a = all[r];
-    if (a.at(0).get<double>() >= worst) {
-      worst = a.at(0).get<double>();
-      out["slowest_rank"] = {{"rank", r}, {"phases_seconds", a.at(2)}};
-    }
-    total += a.at(1).get<int64_t>();
-    ranks += a.at(1).get<int64_t>() > 0;
-  }
+  const json report = {{"seconds", mine}, {"fetched_bytes", out.value("fetched_bytes", int64_t(0))}, {"phases", phases}};
+  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, report, Millis(f.timeout_ms), "resume-time"));
+  CKPT_ASSIGN_OR_RETURN(json job, workload::ReduceRestoreReports(all));
   out.erase("phases");
-  out["fetched_bytes_all_ranks"] = total;
-  out["ranks_fetched_from_peers"] = ranks;
-  out["seconds"] = worst;
+  out.update(job);
   return out;
 }
 

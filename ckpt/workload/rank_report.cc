@@ -118,4 +118,22 @@ Result<nlohmann::json> ReduceSaveReports(const std::vector<nlohmann::json>& all)
   return nlohmann::json{{"per_rank", per_rank}, {"straggler", straggler}};
 }
 
+Result<nlohmann::json> ReduceRestoreReports(const std::vector<nlohmann::json>& all) {
+  nlohmann::json out = {{"seconds", 0.0}, {"fetched_bytes_all_ranks", 0}, {"ranks_fetched_from_peers", 0}};
+  for (size_t r = 0; r < all.size(); ++r) {
+    const nlohmann::json& a = all[r];
+    if (!a.contains("seconds") || !a["seconds"].is_number() || !a.contains("fetched_bytes") ||
+        !a["fetched_bytes"].is_number_integer() || !a.contains("phases"))
+      return Status::InvalidArgument("the restore report of rank " + std::to_string(r) + " is incomplete");
+    if (a["seconds"].get<double>() >= out["seconds"].get<double>()) {
+      out["seconds"] = a["seconds"];
+      out["slowest_rank"] = {{"rank", r}, {"phases_seconds", a["phases"]}};
+    }
+    const int64_t fetched = a["fetched_bytes"].get<int64_t>();
+    out["fetched_bytes_all_ranks"] = out["fetched_bytes_all_ranks"].get<int64_t>() + fetched;
+    out["ranks_fetched_from_peers"] = out["ranks_fetched_from_peers"].get<int64_t>() + (fetched > 0);
+  }
+  return out;
+}
+
 }  // namespace ckpt::workload

@@ -46,4 +46,11 @@ Result<nlohmann::json> ReduceLoadReports(const std::vector<nlohmann::json>& all)
 // kInvalidArgument naming the rank when a report lacks a key.
 Result<nlohmann::json> ReduceSaveReports(const std::vector<nlohmann::json>& all);
 
+// The job-wide figures of a tiered restore (`ckpt train --local-dir`) from every
+// rank's report (keys: seconds, fetched_bytes, phases = {phase: seconds}):
+// seconds (the slowest rank's: the job waits for it), slowest_rank {rank,
+// phases_seconds}, fetched_bytes_all_ranks, ranks_fetched_from_peers.
+// kInvalidArgument naming the rank when a report lacks a key.
+Result<nlohmann::json> ReduceRestoreReports(const std::vector<nlohmann::json>& all);
+
 }  // namespace ckpt::workload

@@ -56,5 +56,21 @@ TEST(RankReport, SaveReportsNameTheSlowWriterNotTheRankThatWaited) {
   EXPECT_FALSE(ReduceSaveReports({SaveReport(1, 0, 0), {{"bytes", 1}}}).ok());
 }
 
+TEST(RankReport, RestoreReportsTakeTheSlowestRankAndCountThePeerFetches) {
+  auto rep = [](double s, int64_t fetched) {
+    return nlohmann::json{{"seconds", s}, {"fetched_bytes", fetched}, {"phases", {{"load", s / 2}}}};
+  };
+  auto r = ReduceRestoreReports({rep(0.5, 0), rep(1.5, 100), rep(0.7, 50), rep(0.2, 0)});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ((*r)["seconds"].get<double>(), 1.5);
+  EXPECT_EQ((*r)["slowest_rank"]["rank"], 1);
+  EXPECT_DOUBLE_EQ((*r)["slowest_rank"]["phases_seconds"]["load"].get<double>(), 0.75);
+  EXPECT_EQ((*r)["fetched_bytes_all_ranks"], 150);
+  EXPECT_EQ((*r)["ranks_fetched_from_peers"], 2);
+  auto bad = ReduceRestoreReports({rep(0.5, 0), {{"seconds", 1.0}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("rank 1"), std::string::npos) << bad.status().ToString();
+}
+
 }  // namespace
 }  // namespace ckpt::workload
