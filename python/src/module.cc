@@ -265,15 +265,15 @@ double CommBench(const std::shared_ptr<CommHandle>& h, const std::string& op, in
   const std::string msg(size_t(bytes), 'x');
   const Millis t = MillisOf(timeout_s, "comm_bench");
   pyb::gil_scoped_release nogil;
-  Check(c->Barrier(t, "bench-start"), c->rank(), "comm_bench");
+  Check(c->Barrier(t, Phase::kBench), c->rank(), "comm_bench");
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) {
     Status st;
-    if (op == "gather") st = c->Gather(msg, 0, t, "bench").status();
-    else if (op == "broadcast") st = c->Broadcast(msg, 0, t, "bench").status();
-    else if (op == "allgather") st = c->AllGather(msg, t, "bench").status();
-    else if (op == "barrier") st = c->Barrier(t, "bench");
-    else if (op == "alltoall") st = c->AllToAll(std::vector<std::string>(size_t(c->size()), msg), t, "bench").status();
+    if (op == "gather") st = c->Gather(msg, 0, t, Phase::kBench).status();
+    else if (op == "broadcast") st = c->Broadcast(msg, 0, t, Phase::kBench).status();
+    else if (op == "allgather") st = c->AllGather(msg, t, Phase::kBench).status();
+    else if (op == "barrier") st = c->Barrier(t, Phase::kBench);
+    else if (op == "alltoall") st = c->AllToAll(std::vector<std::string>(size_t(c->size()), msg), t, Phase::kBench).status();
     else st = Status::InvalidArgument("unknown collective '" + op + "'");
     Check(st, c->rank(), "comm_bench");
   }
