@@ -230,7 +230,7 @@ Result<std::vector<DeadlineResult>> RunDeadlineChecks(const DeadlineOptions& opt
 }
 
 std::string DeadlineTable(const std::vector<DeadlineResult>& results, int64_t timeout_ms) {
-  const DeadlineScenario root_hang{"save", "step.vote", 0, 1, Action::kHang, ""};
+  const DeadlineScenario root_hang{"save", "step.vote", 0, 1, Action::kHang, Phase::kNone};
   std::string s = Fmt("hung/dead/failing ranks: deadline %lld ms, bound deadline + 1 s = %.1f s (faulty rank 0: "
                       "1.25 x deadline + 1.25 s = %.2f s; eio: deadline / 2 = %.2f s)\n",
                       static_cast<long long>(timeout_ms), timeout_ms / 1000.0 + 1, BoundSeconds(root_hang, timeout_ms),

@@ -329,7 +329,7 @@ Result<TierChoice> ChooseResumeTier(const LocalTierOptions& opts, const std::str
   CKPT_RETURN_IF_ERROR(opts.Validate(c.world));
   auto decide = [&](std::vector<std::string> msgs) { return DecideTier(c, msgs, global_root); };
   CKPT_ASSIGN_OR_RETURN(std::string got, c.comm->GatherDecide(Holdings(c).dump(), 0, opts.timeout, Phase::kTierGather,
-                                                              "tier-decide", decide));
+                                                              Phase::kTierGather, decide));
   CKPT_ASSIGN_OR_RETURN(std::string payload, DecodeOutcome(got));
   json d = json::parse(payload);
   TierChoice ch{d["tier"], d["iteration"], d["why"], d["local"], d["global"]};
