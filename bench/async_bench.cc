@@ -80,7 +80,7 @@ struct Ctx {
 
 // Barrier, then the timed save (Start; Wait outside the timing).
 Result<double> TimedSave(Ctx& c, AsyncSaver& saver, int iteration) {
-  CKPT_RETURN_IF_ERROR(c.comm.Barrier(kTimeout, "async bench save"));
+  CKPT_RETURN_IF_ERROR(c.comm.Barrier(kTimeout, Phase::kBench));
   SaveOptions o = c.opts;
   o.iteration = iteration;
   const auto t0 = Clock::now();
@@ -91,7 +91,7 @@ Result<double> TimedSave(Ctx& c, AsyncSaver& saver, int iteration) {
 }
 
 Result<double> TimedCopy(Comm& comm, std::byte* dst, const std::byte* src, size_t n) {
-  CKPT_RETURN_IF_ERROR(comm.Barrier(kTimeout, "async bench memcpy"));
+  CKPT_RETURN_IF_ERROR(comm.Barrier(kTimeout, Phase::kBench));
   const auto t0 = Clock::now();
   std::memcpy(dst, src, n);
   return Since(t0);
@@ -113,7 +113,7 @@ std::vector<std::byte> ContiguousBytes(const ShardedStateDict& sd) {
 Result<json> MeasureRank(Ctx& c, Comm& saver_comm, int rounds, const std::vector<std::byte>& src) {
   const size_t n = src.size();
   json r = {{"bytes", n}};
-  CKPT_RETURN_IF_ERROR(c.comm.Barrier(kTimeout, "first touch"));
+  CKPT_RETURN_IF_ERROR(c.comm.Barrier(kTimeout, Phase::kBench));
   r["first_touch_memcpy_s"] = FirstTouchMemcpy(src.data(), n);
   Buf base{HostSnapshotMemory()};
   CKPT_ASSIGN_OR_RETURN(base.p, base.mem->Allocate(n));
@@ -226,7 +226,7 @@ Status RunAsync(const std::string& model_name, const std::string& layout, const 
   CKPT_ASSIGN_OR_RETURN(json reserved, ReservedFirstSaves(c, *saver_comm, mine["round_s"].get<double>(),
                                                           std::max(3, rounds / 2), src));
   mine.update(reserved);
-  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*comm, mine, kTimeout, "report"));
+  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*comm, mine, kTimeout, Phase::kReport));
   if (comm->rank() == 0) PrintWorst(all, pc.ToString());
   return Status::Ok();
 }

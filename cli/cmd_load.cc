@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/stats_json.h"
 #include "ckpt/workload/rank_report.h"
 #include "cli/commands.h"
 #include "cli/harness_seam.h"
@@ -105,24 +106,23 @@ Status Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload:
     if (!bad.ok()) return Fail("load", j.rank(), bad.status());
     mismatches = *bad;
   }
-  auto all = j.AllGatherJson({{"bytes", r.bytes_read}, {"received", r.bytes_received}, {"rounds", r.share_rounds},
-                              {"elements", r.elements + r.zero_filled}, {"bad", mismatches}, {"opt_bad", opt_bad},
-                              {"opt_elements", j.optimizer ? j.optimizer->StateElements() : 0},
-                              {"first_bad", first_bad}, {"files", r.files_touched}, {"rss_before", mem.rss_before},
-                              {"peak", mem.peak}, {"extra", mem.extra()}, {"state", mem.state},
-                              {"largest_shard", mem.largest_shard}, {"peak_reset", mem.peak_reset},
-                              {"direct_bytes", r.direct_read_bytes}, {"direct_fallback", r.direct_io_fallback},
-                              {"files_cached", r.files_cached}});
+  json mine = LoadStatsJson(r);  // the stats' one JSON form, and the CLI's own figures
+  mine.update({{"bad", mismatches}, {"opt_bad", opt_bad},
+               {"opt_elements", j.optimizer ? j.optimizer->StateElements() : 0}, {"first_bad", first_bad},
+               {"rss_before", mem.rss_before}, {"peak", mem.peak}, {"extra", mem.extra()}, {"state", mem.state},
+               {"largest_shard", mem.largest_shard}, {"peak_reset", mem.peak_reset}});
+  auto all = j.AllGatherJson(mine);
   auto sum = all.ok() ? workload::ReduceLoadReports(*all) : Result<json>(all.status());
   if (!sum.ok()) return Fail("load", j.rank(), sum.status());
   const json& s = *sum;
   // The iteration loaded may not be the one asked for (--fallback, an empty tracker).
   if (!l.saved.ok() || l.saved->iteration != r.iteration) l.saved = ReadManifest(DefaultEnv(), f.root, r.iteration);
   const int64_t bytes = s["bytes"];
+  const int64_t checked = f.no_check ? 0 : s["elements"].get<int64_t>() + s["zero_filled"].get<int64_t>();
   json out = {
       {"op", "load"}, {"iteration", r.iteration}, {"layout", j.layout.ToString()},
       {"saved_layout", l.saved.ok() ? l.saved->layout.dump() : "?"}, {"ranks", j.comm->size()}, {"bytes", bytes},
-      {"seconds", secs}, {"mb_per_s", bytes / 1e6 / secs}, {"elements_checked", f.no_check ? 0 : s["elements"].get<int64_t>()},
+      {"seconds", secs}, {"mb_per_s", bytes / 1e6 / secs}, {"elements_checked", checked},
       {"share_reads", f.share_reads}, {"share_transport", f.share_transport}, {"bytes_received", s["received"]},
       {"max_rank_bytes", s["max_rank_bytes"]}, {"share_rounds", s["rounds"]},
       {"delivered_mb_per_s", (bytes + s["received"].get<int64_t>()) / 1e6 / secs}, {"mismatches", s["bad"]},
@@ -137,11 +137,11 @@ Status Report(const JobFlags& f, LoadJob& l, const LoadStats& r, const workload:
   {  // every rank's reads: bytes that went direct, files read buffered for being cached, why not direct
     std::string fallback;
     for (const auto& a : *all)
-      if (fallback.empty()) fallback = a.value("direct_fallback", std::string());
-    out["direct_io"] = {{"mode", DirectReadName(l.o.direct_io)},
-                        {"direct_bytes", *workload::SumOf(*all, "direct_bytes")},
-                        {"files_cached", *workload::SumOf(*all, "files_cached")},
-                        {"fallback", fallback}};
+      if (fallback.empty()) fallback = a.value("direct_io_fallback", std::string());
+    const int64_t direct = *workload::SumOf(*all, "direct_read_bytes");
+    out["direct_io"] = {{"mode", DirectReadName(l.o.direct_io)}, {"direct_read_bytes", direct},
+                        {"files_cached", *workload::SumOf(*all, "files_cached")}, {"fallback", fallback},
+                        {"direct_bytes", direct}};  // deprecated alias of direct_read_bytes (one release)
   }
   // What was loaded and skipped: the iteration asked for (-1: latest), those
   // passed over with why (a --fallback, a lagging tracker), keys not loaded.
@@ -164,7 +164,7 @@ Status RunLoad(const JobFlags& f) {
   GptJob& j = *l.job;
   auto sd = j.StateDict();
   if (!sd.ok()) return Fail("load", j.rank(), sd.status());
-  CKPT_RETURN_IF_ERROR(j.comm->Barrier(l.o.timeout, "start"));
+  CKPT_RETURN_IF_ERROR(j.comm->Barrier(l.o.timeout, Phase::kStart));
   workload::MemoryProbe probe;
   workload::LoadMemory mem{.state = j.StateBytes(), .largest_shard = workload::LargestShard(*sd)};
   mem.peak_reset = probe.ResetPeak();
@@ -189,10 +189,7 @@ Status RunLoad(const JobFlags& f) {
   progress.Finish();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   mem.peak = probe.Peak();
-  if (!r.ok()) {  // every rank prints its error and exits with the agreed code
-    Fail("load", j.rank(), r.status()).IgnoreError();
-    return AgreedLoadFailure(j.comm.get(), r.status(), l.o.timeout);
-  }
+  if (!r.ok()) return Fail("load", j.rank(), r.status());  // agreed by the loader: the same on every rank
   return Report(f, l, *r, mem, secs);
 }
 

@@ -9,6 +9,7 @@
 #include "ckpt/mpi/arrival_lags.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/stats_json.h"
 #include "ckpt/workload/rank_report.h"
 #include "cli/commands.h"
 #include "cli/harness_seam.h"
@@ -62,27 +63,25 @@ json SlowLink(const GptJob& j, const json& per_rank) {
   json worst = nullptr;
   for (const auto& [phase, lags] : MpiArrivalLags().by_phase)
     for (size_t r = 0; r < lags.size() && r < per_rank.size(); ++r) {
-      const double own = phase == "vote" ? per_rank[r]["write_s"].get<double>() - fastest : 0.0;
+      const double own = phase == Phase::kVote ? per_rank[r]["write_s"].get<double>() - fastest : 0.0;
       if (lags[r] - own < most) continue;
       most = lags[r] - own;
-      worst = {{"rank", r}, {"host", j.comm->host(int(r))}, {"phase", phase}, {"lag_seconds", most}};
+      worst = {{"rank", r}, {"host", j.comm->host(int(r))}, {"phase", std::string(PhaseName(phase))}, {"lag_seconds", most}};
     }
   return worst;
 }
 
 // The job-wide figures (collective) as JSON, and the text line.
 Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStats& r, double secs) {
-  const DirectIoStats& d = r.direct_io;
-  auto all = j.AllGatherJson({{"bytes", r.bytes_written}, {"file", r.file_bytes}, {"phases", r.phase_seconds},
-                              {"direct", int64_t(d.active)}, {"direct_bytes", int64_t(d.direct_bytes)},
-                              {"buffered_bytes", int64_t(d.buffered_bytes)}, {"fallback", d.fallback}});
+  auto all = j.AllGatherJson(SaveStatsJson(r));  // every rank's stats, their one JSON form
   if (!all.ok()) {  // committed all the same: a missing report is a warning, never a failed save
     EndJobIfPeerLost(all.status());
     std::fprintf(stderr, "ckpt save: rank %d: committed iteration %lld, but the report gather failed: %s\n",
                  j.rank(), static_cast<long long>(o.iteration), all.status().ToString().c_str());
     return Status::Ok();
   }
-  auto total = workload::SumOf(*all, "bytes"), mx = workload::MaxOf(*all, "bytes"), mn = workload::MinOf(*all, "bytes");
+  auto total = workload::SumOf(*all, "bytes_written"), mx = workload::MaxOf(*all, "bytes_written"),
+       mn = workload::MinOf(*all, "bytes_written");
   auto ranks = workload::ReduceSaveReports(*all);  // per-rank phases and the straggler
   if (!total.ok() || !mx.ok() || !mn.ok() || !ranks.ok())
     return Fail("save", j.rank(), Status::Internal("malformed save report"));
@@ -93,13 +92,18 @@ Status Report(const JobFlags& f, GptJob& j, const SaveOptions& o, const SaveStat
               {"optimizer", f.optimizer}, {"per_rank", (*ranks)["per_rank"]}, {"straggler", (*ranks)["straggler"]}};
   if (!r.warning.ok()) out["warning"] = r.warning.ToString();
   out["slow_link"] = j.rank() == 0 ? SlowLink(j, (*ranks)["per_rank"]) : json(nullptr);
-  if (o.write.direct_io)  // every rank's file: which went direct, and how many bytes each way
-    out["direct_io"] = {{"mode", "on"}, {"ranks_direct", *workload::SumOf(*all, "direct")},
-                        {"direct_bytes", *workload::SumOf(*all, "direct_bytes")},
-                        {"buffered_bytes", *workload::SumOf(*all, "buffered_bytes")},
-                        {"fallback", (*all)[0].value("fallback", "")}};
-  else
+  if (o.write.direct_io) {  // every rank's file: which went direct, and how many bytes each way
+    int64_t ranks_direct = 0;
+    for (const json& a : *all) ranks_direct += a.value("direct_io_active", false) ? 1 : 0;
+    const int64_t direct = *workload::SumOf(*all, "direct_write_bytes");
+    const int64_t buffered = *workload::SumOf(*all, "buffered_write_bytes");
+    out["direct_io"] = {{"mode", "on"}, {"ranks_direct", ranks_direct}, {"direct_write_bytes", direct},
+                        {"buffered_write_bytes", buffered}, {"fallback", (*all)[0].value("direct_io_fallback", "")},
+                        // deprecated aliases (one release; stats_json.h)
+                        {"direct_bytes", direct}, {"buffered_bytes", buffered}};
+  } else {
     out["direct_io"] = {{"mode", "off"}};
+  }
   if (f.json)
     Print0(j, "%s\n", out.dump().c_str());
   else
@@ -155,7 +159,7 @@ Status RunSave(const JobFlags& f) {
   NoteOlder(f, j);
   auto sd = j.StateDict();
   if (!sd.ok()) return Fail("save", j.rank(), sd.status());
-  CKPT_RETURN_IF_ERROR(j.comm->Barrier(o.timeout, "start"));
+  CKPT_RETURN_IF_ERROR(j.comm->Barrier(o.timeout, Phase::kStart));
   ResetMpiArrivalLags();  // this save's gathers only
   const auto t0 = Clock::now();
   FaultedEnv faulted;  // --faults (ckpt-lab): the fault plan's Env and step hook

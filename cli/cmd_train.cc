@@ -58,7 +58,7 @@ Status Fail(const Job& j, const Status& st, bool agreed = false) {
   } else if (agreed ? j.rank() == 0 : (st.code() != Code::kAborted || j.rank() == 0)) {
     std::fprintf(stderr, "ckpt train: rank %d: %s\n", j.rank(), st.ToString().c_str());
   }
-  return st;  // typed: a refused NaN/Inf save carries kNonFinitePhase on every rank (exit 1)
+  return st;  // typed: a refused NaN/Inf save carries Phase::kNonFiniteGuard on every rank (exit 1)
 }
 
 Result<SaveOptions> SaveTemplate(const Job& j, const TrainFlags& f) {
@@ -126,7 +126,7 @@ Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
   json phases = out.value("phases", json::object());
   phases["choose"] = choose;
   const json report = {{"seconds", mine}, {"fetched_bytes", out.value("fetched_bytes", int64_t(0))}, {"phases", phases}};
-  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, report, Millis(f.timeout_ms), "resume-time"));
+  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, report, Millis(f.timeout_ms), Phase::kResumeTime));
   CKPT_ASSIGN_OR_RETURN(json job, workload::ReduceRestoreReports(all));
   out.erase("phases");
   out.update(job);
@@ -181,7 +181,7 @@ Status RunTrain(TrainFlags& f) {
   auto run = workload::RunTrainLoop(*j.work, *j.coll, *j.saver, lo, [&](const std::string& s) { Print0(j, s); });
   if (!run.ok()) return Fail(j, run.status());
   if (run->stopped_early) {  // --kill-after-save: every rank is past the commit; die like a killed job
-    CKPT_RETURN_IF_ERROR(j.comm->Barrier(Millis(f.timeout_ms), "kill"));
+    CKPT_RETURN_IF_ERROR(j.comm->Barrier(Millis(f.timeout_ms), Phase::kKill));
     Print0(j, "train: killing the job after the save at iteration " + std::to_string(j.work->iteration()) +
                   " (SIGKILL)\n");
     std::raise(SIGKILL);

@@ -37,13 +37,10 @@ inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitError = 2;
 inline constexpr int kExitOutcomeUnknown = 3;
 
-// The phase of a command's Status that says "the command ran and what it
-// checked failed" (verify found problems, diff found differences, values
-// mismatch, a campaign found violations): exit 1 like damaged data.
-inline constexpr std::string_view kCheckFailedPhase = "check failed";
-inline Status CheckFailed(std::string what) {
-  return Status(Code::kAborted, std::move(what), -1, std::string(kCheckFailedPhase));
-}
+// A command's Status that says "the command ran and what it checked failed"
+// (verify found problems, diff found differences, values mismatch, a campaign
+// found violations): phase Phase::kCheckFailed, exit 1 like damaged data.
+inline Status CheckFailed(std::string what) { return Status(Code::kAborted, std::move(what), -1, Phase::kCheckFailed); }
 
 // The one mapping from a command's Status to the process exit code (main.cc;
 // typed fields, never its text): OK 0; kCorruption, the NaN/Inf guard's

@@ -7,7 +7,6 @@
 
 namespace ckpt::cli {
 
-using workload::AgreedLoadFailure;
 using workload::GptJob;
 using workload::LoadOptimizerSpec;
 using workload::MemoryProbe;

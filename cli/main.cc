@@ -27,8 +27,8 @@ int ExitCodeOf(const Status& st) {
   if (st.ok()) return kExitOk;
   if (st.code() == Code::kCorruption) return kExitCheckFailed;  // damaged data
   if (st.code() == Code::kOutcomeUnknown) return kExitOutcomeUnknown;  // maybe committed: look first
-  if (st.phase() == kNonFinitePhase) return kExitCheckFailed;    // the NaN/Inf guard refused the state
-  if (st.phase() == kCheckFailedPhase) return kExitCheckFailed;  // the command's check failed
+  if (st.phase() == Phase::kNonFiniteGuard) return kExitCheckFailed;  // the NaN/Inf guard refused the state
+  if (st.phase() == Phase::kCheckFailed) return kExitCheckFailed;     // the command's check failed
   return kExitError;
 }
 

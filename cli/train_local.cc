@@ -61,7 +61,7 @@ Status TrainSaver::KillIfAsked(int64_t it) {
   if (flags_.kill_at != it && flags_.stall_at != it) return Status::Ok();
   CKPT_RETURN_IF_ERROR(JoinLocal(it).status());  // this iteration's background local save and drain
   CKPT_RETURN_IF_ERROR(JoinDrain(it).status());  // the global save of this iteration (if any) too
-  CKPT_RETURN_IF_ERROR(job_->Barrier(base_.timeout, "kill"));  // every rank is past this iteration's saves
+  CKPT_RETURN_IF_ERROR(job_->Barrier(base_.timeout, Phase::kKill));  // every rank is past this iteration's saves
   if (flags_.kill_at == it) {
     if (job_->rank() == 0)
       std::fprintf(stdout, "train: killing the job after iteration %lld (SIGKILL)\n", static_cast<long long>(it));

@@ -171,7 +171,7 @@ Result<json> TrainSaver::Report(const ShardedStateDict& sd, Millis timeout) {
   // Every rank's blocking seconds per save; rank 0 reports the worst rank's too.
   json mine = json::array();
   for (const json& r : rows_) mine.push_back(r.value("blocking_seconds", 0.0));
-  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*job_, mine, timeout, "train report"));
+  CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*job_, mine, timeout, Phase::kTrainReport));
   for (size_t i = 0; i < rows_.size(); ++i) {
     double worst = 0;
     for (size_t r = 0; r < all.size(); ++r) {

@@ -30,12 +30,12 @@ void AddFailure(json* result, const Status& st) {
   (*result)["error"] = st.ToString();
   if (st.has_origin()) {
     (*result)["origin_rank"] = st.origin_rank();
-    (*result)["origin_phase"] = st.phase();
+    (*result)["origin_phase"] = std::string(PhaseName(st.phase()));
   }
   if (!st.missing().empty()) {
     (*result)["missing_ranks"] = st.missing().ranks;
     (*result)["missing_hosts"] = st.missing().hosts;
-    (*result)["missing_phase"] = st.missing().phase;
+    (*result)["missing_phase"] = std::string(PhaseName(st.missing().phase));
   }
 }
 
@@ -130,7 +130,7 @@ Status SaveCases(workload::GptJob& j, const reshard::GptConfig& model, const std
     p.disable_sync = p.disable_sync || plan->disable_sync;
     Status st = SaveCase(j, model, name, f, c.value("root", ""), c.value("result_dir", ""), p, comm->get());
     if (!st.ok()) std::fprintf(stderr, "ckpt faults child save: case %d: rank %d: %s\n", n, j.rank(), st.ToString().c_str());
-    CKPT_RETURN_IF_ERROR(j.comm->Barrier(resync, "case"));
+    CKPT_RETURN_IF_ERROR(j.comm->Barrier(resync, Phase::kCase));
   }
   return Status::Ok();
 }

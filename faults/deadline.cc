@@ -26,12 +26,12 @@ bool ParseNumber(const std::string& s, int64_t* v) {
 // failure passed on from rank F records F and its phase as the origin.
 void ReadFailure(const nlohmann::json& r, SurvivorReport* s) {
   s->origin_rank = r.value("origin_rank", -1);
-  s->origin_phase = r.value("origin_phase", "");
+  s->origin_phase = ParsePhase(r.value("origin_phase", "")).value_or(Phase::kNone);
   s->missing_ranks = r.value("missing_ranks", std::vector<int>{});
   s->missing_hosts = r.value("missing_hosts", std::vector<std::string>{});
-  s->missing_phase = r.value("missing_phase", "");
-  s->names_rank_and_phase = (!s->missing_ranks.empty() && !s->missing_phase.empty()) ||
-                            (s->origin_rank >= 0 && !s->origin_phase.empty());
+  s->missing_phase = ParsePhase(r.value("missing_phase", "")).value_or(Phase::kNone);
+  s->names_rank_and_phase = (!s->missing_ranks.empty() && s->missing_phase != Phase::kNone) ||
+                            (s->origin_rank >= 0 && s->origin_phase != Phase::kNone);
 }
 
 // Whether the survivor names the faulty rank in the expected phase (and, for
@@ -120,7 +120,7 @@ class Checker {
       if (s.failed && !s.names_rank_and_phase) bad("failure records no rank and phase: " + s.message);
       if (s.failed && !s.names_faulty)
         bad("does not record rank " + std::to_string(sc.rank) + (sc.action == Action::kEio ? "" : " and its host") +
-            " in phase '" + sc.expect_phase + "': " + s.message);
+            " in phase '" + std::string(PhaseName(sc.expect_phase)) + "': " + s.message);
       if (s.latency_s >= 0) {
         out->max_latency_s = std::max(out->max_latency_s, s.latency_s);
         out->min_latency_s = std::min(out->min_latency_s, s.latency_s);
@@ -165,7 +165,7 @@ double BoundSeconds(const DeadlineScenario& sc, int64_t timeout_ms) {
 
 std::string DeadlineScenario::Name() const {
   return phase + ":" + std::string(ActionName(action)) + "@" + point + "#" + std::to_string(nth) + ":r" +
-         std::to_string(rank) + "=" + expect_phase;
+         std::to_string(rank) + "=" + std::string(PhaseName(expect_phase));
 }
 
 Result<DeadlineScenario> ParseDeadlineScenario(const std::string& text) {
@@ -188,7 +188,9 @@ Result<DeadlineScenario> ParseDeadlineScenario(const std::string& text) {
   int64_t rank = -1;
   if (!ParseNumber(text.substr(c2 + 2, eq - c2 - 2), &rank)) return bad();
   s.rank = int(rank);
-  s.expect_phase = text.substr(eq + 1);
+  const std::optional<Phase> expect = ParsePhase(text.substr(eq + 1));
+  if (!expect || *expect == Phase::kNone) return bad();
+  s.expect_phase = *expect;
   if ((s.phase != "save" && s.phase != "load") || !IsKnownPoint(s.point) || s.nth < 1 || s.rank < 0) return bad();
   return s;
 }
@@ -197,17 +199,17 @@ std::vector<DeadlineScenario> DefaultDeadlineScenarios(int world) {
   const int a = std::min(5, world - 1), b = std::min(3, world - 1), c = std::min(2, world - 1);
   using A = Action;
   return {
-      {"save", "step.begin", 0, 1, A::kHang, "begin"},
-      {"save", "step.plan", a, 1, A::kHang, "plan"},
-      {"save", "env.fsync", b, 1, A::kHang, "vote"},
-      {"save", "step.vote", a, 1, A::kHang, "vote"},
-      {"save", "step.manifest_write", 0, 1, A::kHang, "commit"},
-      {"save", "step.vote", a, 1, A::kSigkill, "vote"},
-      {"save", "env.pwrite", c, 5, A::kSigkill, "vote"},
-      {"save", "step.dir_rename", 0, 1, A::kSigkill, "commit"},
-      {"load", "env.pread", b, 1, A::kHang, "load"},
-      {"load", "env.pread", std::min(4, world - 1), 2, A::kSigkill, "load"},
-      {"save", "step.plan", a, 1, A::kEio, "plan"},
+      {"save", "step.begin", 0, 1, A::kHang, Phase::kBegin},
+      {"save", "step.plan", a, 1, A::kHang, Phase::kPlan},
+      {"save", "env.fsync", b, 1, A::kHang, Phase::kVote},
+      {"save", "step.vote", a, 1, A::kHang, Phase::kVote},
+      {"save", "step.manifest_write", 0, 1, A::kHang, Phase::kCommit},
+      {"save", "step.vote", a, 1, A::kSigkill, Phase::kVote},
+      {"save", "env.pwrite", c, 5, A::kSigkill, Phase::kVote},
+      {"save", "step.dir_rename", 0, 1, A::kSigkill, Phase::kCommit},
+      {"load", "env.pread", b, 1, A::kHang, Phase::kLoad},
+      {"load", "env.pread", std::min(4, world - 1), 2, A::kSigkill, Phase::kLoad},
+      {"save", "step.plan", a, 1, A::kEio, Phase::kPlan},
   };
 }
 
@@ -228,7 +230,7 @@ Result<std::vector<DeadlineResult>> RunDeadlineChecks(const DeadlineOptions& opt
 }
 
 std::string DeadlineTable(const std::vector<DeadlineResult>& results, int64_t timeout_ms) {
-  const DeadlineScenario root_hang{"save", "step.vote", 0, 1, Action::kHang, ""};
+  const DeadlineScenario root_hang{"save", "step.vote", 0, 1, Action::kHang, Phase::kNone};
   std::string s = Fmt("hung/dead/failing ranks: deadline %lld ms, bound deadline + 1 s = %.1f s (faulty rank 0: "
                       "1.25 x deadline + 1.25 s = %.2f s; eio: deadline / 2 = %.2f s)\n",
                       static_cast<long long>(timeout_ms), timeout_ms / 1000.0 + 1, BoundSeconds(root_hang, timeout_ms),

@@ -44,7 +44,7 @@ struct DeadlineScenario {
   int rank = 0;
   int64_t nth = 1;
   Action action = Action::kHang;  // kHang, kSigkill or kEio
-  std::string expect_phase;       // the phase every survivor must name
+  Phase expect_phase = Phase::kNone;  // the phase every survivor must name
   std::string Name() const;
 };
 
@@ -66,11 +66,13 @@ struct SurvivorReport {
   double latency_s = -1;
   std::string message;
   // The failure's typed fields (Status origin and missing peers).
+  // The phases are parsed from the rank's JSON result (ParsePhase; a name no
+  // phase has is kNone and so names nothing).
   int origin_rank = -1;
-  std::string origin_phase;
+  Phase origin_phase = Phase::kNone;
   std::vector<int> missing_ranks;
   std::vector<std::string> missing_hosts;
-  std::string missing_phase;
+  Phase missing_phase = Phase::kNone;
   bool names_rank_and_phase = false;  // some rank and some phase, typed
   bool names_faulty = false;          // the faulty rank (and its host if lost) and expect_phase
 };

@@ -55,13 +55,13 @@ namespace {
 
 // A decision on the wire is an outcome (status_wire.h): root's decision, or
 // root's failure, which keeps its code and origin (root, unless it relayed).
-Result<std::string> OpenDecision(std::string_view msg, int me, int root, std::string_view phase) {
+Result<std::string> OpenDecision(std::string_view msg, int me, int root, Phase phase) {
   Result<std::string> got = DecodeOutcome(msg);
   if (got.ok()) return got;
   const Status& st = got.status();
   return Status(st.code(),
                 "rank " + std::to_string(me) + ": aborted by rank " + std::to_string(root) + ": " + st.message(),
-                st.has_origin() ? st.origin_rank() : root, st.has_origin() ? st.phase() : std::string(phase))
+                st.has_origin() ? st.origin_rank() : root, st.has_origin() ? st.phase() : phase)
       .WithMissing(st.missing())
       .WithCause(st.cause());
 }
@@ -69,7 +69,7 @@ Result<std::string> OpenDecision(std::string_view msg, int me, int root, std::st
 }  // namespace
 
 Result<std::string> Comm::GatherDecide(const std::string& mine, int root, Millis timeout,
-                                       std::string_view gather_phase, std::string_view decide_phase,
+                                       Phase gather_phase, Phase decide_phase,
                                        const Decide& decide) {
   auto parts = Gather(mine, root, timeout, gather_phase);
   if (rank() != root) {
@@ -89,7 +89,7 @@ Result<std::string> Comm::GatherDecide(const std::string& mine, int root, Millis
 }
 
 Result<std::vector<std::string>> Comm::AllGather(const std::string& mine, Millis timeout,
-                                                 std::string_view phase) {
+                                                 Phase phase) {
   CKPT_ASSIGN_OR_RETURN(std::string all, GatherDecide(mine, 0, timeout, phase, phase,
                                                       [](std::vector<std::string> parts) {
                                                         return PackStrings(parts);
@@ -99,20 +99,21 @@ Result<std::vector<std::string>> Comm::AllGather(const std::string& mine, Millis
 
 namespace {
 
-Status CheckAllToAllSize(size_t got, int size, int rank, std::string_view phase) {
+Status CheckAllToAllSize(size_t got, int size, int rank, Phase phase) {
   if (got == size_t(size)) return Status::Ok();
   return Status::InvalidArgument("rank " + std::to_string(rank) + ": AllToAll needs " + std::to_string(size) +
-                                 " messages, got " + std::to_string(got) + " in phase '" + std::string(phase) + "'");
+                                 " messages, got " + std::to_string(got) + " in phase '" +
+                                 std::string(PhaseName(phase)) + "'");
 }
 
 }  // namespace
 
-Result<std::vector<std::string>> LocalComm::AllToAll(std::vector<std::string> out, Millis, std::string_view phase) {
+Result<std::vector<std::string>> LocalComm::AllToAll(std::vector<std::string> out, Millis, Phase phase) {
   CKPT_RETURN_IF_ERROR(CheckAllToAllSize(out.size(), 1, 0, phase));
   return out;
 }
 
-Status Comm::Barrier(Millis timeout, std::string_view phase) {
+Status Comm::Barrier(Millis timeout, Phase phase) {
   return AllGather(std::string(), timeout, phase).status();
 }
 
@@ -135,7 +136,7 @@ class ThreadComm final : public Comm {
   std::string host(int) const override { return ThisHostName(); }
 
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
-                                          std::string_view phase) override {
+                                          Phase phase) override {
     uint64_t seq = seq_++;
     if (rank_ != root) {
       Send(root, seq, mine);
@@ -154,7 +155,7 @@ class ThreadComm final : public Comm {
   }
 
   Result<std::string> Broadcast(const std::string& msg, int root, Millis timeout,
-                                std::string_view phase) override {
+                                Phase phase) override {
     uint64_t seq = seq_++;
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r)
@@ -165,7 +166,7 @@ class ThreadComm final : public Comm {
   }
 
   Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis timeout,
-                                            std::string_view phase) override {
+                                            Phase phase) override {
     CKPT_RETURN_IF_ERROR(CheckAllToAllSize(out.size(), size_, rank_, phase));
     uint64_t seq = seq_++;
     for (int r = 0; r < size_; ++r)
@@ -187,14 +188,14 @@ class ThreadComm final : public Comm {
     g_->cv.notify_all();
   }
   Result<std::string> Recv(int src, uint64_t seq, std::chrono::steady_clock::time_point deadline,
-                           std::string_view phase) {
+                           Phase phase) {
     std::unique_lock<std::mutex> lock(g_->mu);
     auto key = std::make_tuple(src, rank_, seq);
     while (!g_->box.count(key)) {
       if (g_->cv.wait_until(lock, deadline) == std::cv_status::timeout && !g_->box.count(key))
         return Status::Timeout("rank " + std::to_string(rank_) + ": no answer from rank " +
-                               std::to_string(src) + " in phase '" + std::string(phase) + "'")
-            .WithMissing({{src}, {host(src)}, std::string(phase)});
+                               std::to_string(src) + " in phase '" + std::string(PhaseName(phase)) + "'")
+            .WithMissing({{src}, {host(src)}, phase});
     }
     std::string m = std::move(g_->box[key]);
     g_->box.erase(key);

@@ -1,6 +1,6 @@
 // Comm: the control-plane collectives the checkpoint protocol needs.
 //
-// Every call carries a deadline and a phase name. A rank that does not answer
+// Every call carries a deadline and a phase (Phase, phase.h). A rank that does not answer
 // in time turns into Status::Timeout naming the missing rank(s) and the phase,
 // so a hung or dead rank never makes the others wait forever.
 //
@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/base/phase.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
@@ -39,17 +40,17 @@ class Comm {
 
   // Root receives every rank's message (index = rank); others get an empty vector.
   virtual Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
-                                                  std::string_view phase) = 0;
+                                                  Phase phase) = 0;
   // Every rank returns root's message.
   virtual Result<std::string> Broadcast(const std::string& msg, int root, Millis timeout,
-                                        std::string_view phase) = 0;
+                                        Phase phase) = 0;
 
   // Personalised exchange: sends out[d] to rank d (out.size() == size();
   // out[rank()] comes back as is) and returns what every rank sent to this
   // one, index = source. Point-to-point, no root: the data plane of shared
   // load reads (load_share.h). Every message may be empty.
   virtual Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis timeout,
-                                                    std::string_view phase) = 0;
+                                                    Phase phase) = 0;
 
   // Gather to `root`, which then broadcasts decide(messages) (phase
   // `decide_phase`); every rank returns root's decision. If root's gather
@@ -63,14 +64,14 @@ class Comm {
   // to be taken (a dead rank never takes it).
   using Decide = std::function<std::string(std::vector<std::string> messages)>;
   Result<std::string> GatherDecide(const std::string& mine, int root, Millis timeout,
-                                   std::string_view gather_phase, std::string_view decide_phase,
+                                   Phase gather_phase, Phase decide_phase,
                                    const Decide& decide);
 
   // GatherDecide on rank 0 with the concatenation as the decision: every rank
   // gets all messages (index = rank), or every survivor the same failure.
   Result<std::vector<std::string>> AllGather(const std::string& mine, Millis timeout,
-                                             std::string_view phase);
-  Status Barrier(Millis timeout, std::string_view phase);
+                                             Phase phase);
+  Status Barrier(Millis timeout, Phase phase);
 };
 
 // How long a non-root rank waits for root's decision after a gather:
@@ -86,13 +87,13 @@ class LocalComm final : public Comm {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   Result<std::vector<std::string>> Gather(const std::string& mine, int, Millis,
-                                          std::string_view) override {
+                                          Phase) override {
     return std::vector<std::string>{mine};
   }
-  Result<std::string> Broadcast(const std::string& msg, int, Millis, std::string_view) override {
+  Result<std::string> Broadcast(const std::string& msg, int, Millis, Phase) override {
     return msg;
   }
-  Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis, std::string_view phase) override;
+  Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis, Phase phase) override;
 };
 
 // "Pick the worker count for me": DefaultWorkerThreads of the operation's Comm.

@@ -36,11 +36,11 @@ Status Status::WithContext(std::string_view context) const {
   return out;
 }
 
-Status Status::At(int rank, std::string_view phase) const {
+Status Status::At(int rank, Phase phase) const {
   if (ok() || has_origin()) return *this;
   Status out = *this;
   out.origin_rank_ = rank;
-  out.phase_ = std::string(phase);
+  out.phase_ = phase;
   return out;
 }
 

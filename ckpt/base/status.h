@@ -26,6 +26,8 @@
 #include <variant>
 #include <vector>
 
+#include "ckpt/base/phase.h"
+
 namespace ckpt {
 
 enum class Code {
@@ -58,7 +60,7 @@ std::string_view CodeName(Code code);
 struct MissingPeers {
   std::vector<int> ranks;
   std::vector<std::string> hosts;
-  std::string phase;
+  Phase phase = Phase::kNone;
   bool empty() const { return ranks.empty(); }
   // "rank 2 on host 'n2', rank 3 on host 'n2'" (for messages).
   std::string Describe() const;
@@ -68,8 +70,8 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
-  Status(Code code, std::string message, int origin_rank, std::string phase)
-      : code_(code), message_(std::move(message)), origin_rank_(origin_rank), phase_(std::move(phase)) {}
+  Status(Code code, std::string message, int origin_rank, Phase phase)
+      : code_(code), message_(std::move(message)), origin_rank_(origin_rank), phase_(phase) {}
 
   static Status Ok() { return {}; }
   static Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
@@ -90,7 +92,7 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   // The rank that hit this failure first (-1: not recorded) and its phase.
   int origin_rank() const { return origin_rank_; }
-  const std::string& phase() const { return phase_; }
+  Phase phase() const { return phase_; }
   bool has_origin() const { return origin_rank_ >= 0; }
   // The code of the failure this status relays from another rank (an
   // Aborted status keeps its cause's code here); code() when it relays none.
@@ -112,7 +114,7 @@ class [[nodiscard]] Status {
   // Returns a copy that records `rank` and `phase` as the origin unless an
   // origin is already recorded (the first rank to hit a failure stays its
   // origin however often it is relayed); OK stays OK.
-  Status At(int rank, std::string_view phase) const;
+  Status At(int rank, Phase phase) const;
 
   // Explicitly drops a status (for best-effort cleanup paths).
   void IgnoreError() const {}
@@ -121,7 +123,7 @@ class [[nodiscard]] Status {
   Code code_ = Code::kOk;
   std::string message_;
   int origin_rank_ = -1;
-  std::string phase_;
+  Phase phase_ = Phase::kNone;
   Code cause_ = Code::kOk;  // kOk: relays nothing (cause() is code_)
   std::shared_ptr<const MissingPeers> missing_;  // null: none recorded
 };

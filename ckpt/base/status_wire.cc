@@ -47,7 +47,7 @@ std::string EncodeMissing(const MissingPeers& m) {
     Put<int32_t>(&out, int32_t(m.ranks[i]));
     PutString(&out, i < m.hosts.size() ? m.hosts[i] : "");
   }
-  PutString(&out, m.phase);
+  PutString(&out, PhaseName(m.phase));
   return out;
 }
 
@@ -63,7 +63,12 @@ bool TakeMissing(std::string_view* in, MissingPeers* m) {
     m->ranks.push_back(rank);
     m->hosts.push_back(std::move(host));
   }
-  return TakeString(in, &m->phase) && !m->empty();
+  std::string phase;
+  if (!TakeString(in, &phase)) return false;
+  const std::optional<Phase> known = ParsePhase(phase);  // the text edge: a name no phase has is malformed
+  if (!known) return false;
+  m->phase = *known;
+  return !m->empty();
 }
 
 }  // namespace
@@ -73,8 +78,9 @@ std::string EncodeStatus(const Status& s) {
   Put<uint8_t>(&out, uint8_t(s.code()));
   Put<uint8_t>(&out, uint8_t(s.cause()));
   Put<int32_t>(&out, int32_t(s.origin_rank()));
-  Put<uint32_t>(&out, uint32_t(s.phase().size()));
-  out += s.phase();
+  const std::string_view phase = PhaseName(s.phase());
+  Put<uint32_t>(&out, uint32_t(phase.size()));
+  out += phase;
   out += s.message();
   return out;
 }
@@ -92,8 +98,9 @@ Status DecodeStatus(std::string_view wire) {
       phase_len > in.size() || code > uint8_t(kLastCode) || cause > uint8_t(kLastCode) || rank < -1)
     return Malformed("status", wire);
   if (code == 0) return Status::Ok();
-  std::string phase(in.substr(0, phase_len));
-  return Status(Code(code), std::string(in.substr(phase_len)), rank, std::move(phase))
+  const std::optional<Phase> phase = ParsePhase(in.substr(0, phase_len));
+  if (!phase) return Malformed("status (unknown phase)", wire);
+  return Status(Code(code), std::string(in.substr(phase_len)), rank, *phase)
       .WithCause(Code(cause))
       .WithMissing(std::move(missing));
 }
@@ -110,23 +117,6 @@ Result<std::string> DecodeOutcome(std::string_view wire) {
   Status st = DecodeStatus(wire.substr(1));
   if (st.ok()) return Malformed("outcome (a failure holding OK)", wire);
   return st;
-}
-
-Result<std::vector<std::string>> DecodeOutcomes(const std::vector<std::string>& wires, std::string_view phase) {
-  std::vector<std::string> payloads;
-  payloads.reserve(wires.size());
-  for (size_t r = 0; r < wires.size(); ++r) {
-    Result<std::string> o = DecodeOutcome(wires[r]);
-    if (o.ok()) {
-      payloads.push_back(std::move(o).value());
-      continue;
-    }
-    const Status st = o.status().At(int(r), phase);
-    return Status(st.code(), "rank " + std::to_string(r) + ": " + st.message(), st.origin_rank(), st.phase())
-        .WithCause(st.cause())
-        .WithMissing(st.missing());
-  }
-  return payloads;
 }
 
 }  // namespace ckpt

@@ -29,12 +29,7 @@ std::string EncodeOutcome(std::string_view payload);
 std::string EncodeFailure(const Status& failure);
 // The payload of an 'O' message, or the failure of an 'E' one; anything else
 // (or an 'E' holding OK) is kInternal naming the message as malformed.
+// (Which rank's failure all ranks report: AgreeOutcomes, agree.h.)
 Result<std::string> DecodeOutcome(std::string_view wire);
-
-// Every rank's outcome after an all-gather (index = rank): their payloads, or
-// the failure of the lowest rank that sent one (or sent bytes that are not an
-// outcome: kInternal), as "rank <r>: <message>" with its code; it keeps its
-// origin, else records rank r and `phase` as the origin.
-Result<std::vector<std::string>> DecodeOutcomes(const std::vector<std::string>& wires, std::string_view phase);
 
 }  // namespace ckpt

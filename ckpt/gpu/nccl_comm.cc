@@ -8,7 +8,7 @@
 #include <cstring>
 #include <thread>
 
-#include "ckpt/base/status_wire.h"
+#include "ckpt/base/agree.h"
 #include "ckpt/gpu/cuda_util.h"
 #include "ckpt/gpu/gpu.h"
 
@@ -69,27 +69,27 @@ class NcclComm final : public Comm {
   int size() const override { return control_->size(); }
   int local_size() const override { return control_->local_size(); }
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
-                                          std::string_view phase) override {
+                                          Phase phase) override {
     return control_->Gather(mine, root, timeout, phase);
   }
-  Result<std::string> Broadcast(const std::string& msg, int root, Millis timeout, std::string_view phase) override {
+  Result<std::string> Broadcast(const std::string& msg, int root, Millis timeout, Phase phase) override {
     return control_->Broadcast(msg, root, timeout, phase);
   }
   Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis timeout,
-                                            std::string_view phase) override;
+                                            Phase phase) override;
 
   // Polls until `done` says finished, the NCCL communicator reports an error,
   // or the deadline passes (then aborts the communicator).
   template <typename Done>
-  Status Poll(Done done, Clock::time_point deadline, Millis timeout, std::string_view what, std::string_view phase);
+  Status Poll(Done done, Clock::time_point deadline, Millis timeout, std::string_view what, Phase phase);
 
  private:
   // The received bytes (device recv_ at recv_off) copied to the host, with
   // this rank's own message `mine` in its slot.
   Result<std::vector<std::string>> CopyIn(std::string mine, const std::vector<size_t>& recv_off,
-                                          std::string_view phase);
-  std::string Who(std::string_view phase) const {
-    return "rank " + std::to_string(rank()) + ": NCCL data plane, phase '" + std::string(phase) + "'";
+                                          Phase phase);
+  std::string Who(Phase phase) const {
+    return "rank " + std::to_string(rank()) + ": NCCL data plane, phase '" + std::string(PhaseName(phase)) + "'";
   }
   void Abort() {
     if (comm_) ncclCommAbort(comm_);
@@ -104,7 +104,7 @@ class NcclComm final : public Comm {
 
 template <typename Done>
 Status NcclComm::Poll(Done done, Clock::time_point deadline, Millis timeout, std::string_view what,
-                      std::string_view phase) {
+                      Phase phase) {
   int us = 20;
   for (;;) {
     CKPT_ASSIGN_OR_RETURN(bool finished, done());
@@ -127,7 +127,7 @@ Status NcclComm::Poll(Done done, Clock::time_point deadline, Millis timeout, std
 }
 
 Result<std::vector<std::string>> NcclComm::AllToAll(std::vector<std::string> out, Millis timeout,
-                                                    std::string_view phase) {
+                                                    Phase phase) {
   const int n = size(), me = rank();
   if (out.size() != size_t(n))
     return Status::InvalidArgument(Who(phase) + ": AllToAll needs " + std::to_string(n) + " messages, got " +
@@ -181,7 +181,7 @@ Result<std::vector<std::string>> NcclComm::AllToAll(std::vector<std::string> out
 }
 
 Result<std::vector<std::string>> NcclComm::CopyIn(std::string mine, const std::vector<size_t>& recv_off,
-                                                  std::string_view phase) {
+                                                  Phase phase) {
   const int n = size(), me = rank();
   std::vector<std::string> in(n);
   in[me] = std::move(mine);
@@ -203,21 +203,21 @@ Result<std::unique_ptr<Comm>> MakeNcclComm(std::unique_ptr<MpiComm> control, Mil
   const std::string who = "rank " + std::to_string(me) + ": NCCL data plane";
   // Every rank checks its device first and reports: one rank without a device
   // fails them all at once instead of leaving the others in ncclCommInitRank.
-  // On the typed status wire (status_wire.h): rank 0's outcome carries the
-  // unique id, the others' an empty payload, a failure its typed Status.
+  // One AgreeOutcomes (agree.h): rank 0's outcome carries the unique id, the
+  // others' an empty payload, a failure its typed Status.
   ncclUniqueId id{};
   Result<int> device = SelectDevice(who);
   Status ready = device.status();
   if (ready.ok() && me == 0) ready = NcclStatus(ncclGetUniqueId(&id), who + ": ncclGetUniqueId");
-  const std::string mine =
-      !ready.ok() ? EncodeFailure(ready.At(me, "nccl_init"))
-                  : EncodeOutcome(me == 0 ? std::string_view(reinterpret_cast<const char*>(&id), sizeof id) : "");
-  CKPT_ASSIGN_OR_RETURN(auto all, control->AllGather(mine, timeout, "nccl_init"));
-  if (!ready.ok()) return Status(Code::kFailedPrecondition, ready.message(), me, "nccl_init");
-  auto payloads = DecodeOutcomes(all, "nccl_init");
-  if (!payloads.ok()) {
+  const Result<std::string> mine =
+      !ready.ok() ? Result<std::string>(ready)
+                  : Result<std::string>(me == 0 ? std::string(reinterpret_cast<const char*>(&id), sizeof id) : "");
+  auto payloads = AgreeOutcomes(control.get(), mine, Phase::kNcclInit, timeout);
+  if (!payloads.ok()) {  // a rank without a usable device fails all; a lost rank stays a timeout
     const Status& st = payloads.status();
-    return Status(Code::kFailedPrecondition, who + ": " + st.message(), st.origin_rank(), st.phase());
+    if (st.code() == Code::kTimeout) return st;
+    return Status(Code::kFailedPrecondition, who + ": " + st.message(), st.origin_rank(), st.phase())
+        .WithCause(st.cause());
   }
   if ((*payloads)[0].size() != sizeof id)
     return Status::Internal(who + ": rank 0 sent a NCCL unique id of " + std::to_string((*payloads)[0].size()) +
@@ -236,7 +236,7 @@ Result<std::unique_ptr<Comm>> MakeNcclComm(std::unique_ptr<MpiComm> control, Mil
   }
   auto nccl = std::make_unique<NcclComm>(std::move(control), comm, stream);
   CKPT_RETURN_IF_ERROR(
-      nccl->Poll(NcclSettled(comm), Clock::now() + timeout, timeout, "ncclCommInitRankConfig", "nccl_init"));
+      nccl->Poll(NcclSettled(comm), Clock::now() + timeout, timeout, "ncclCommInitRankConfig", Phase::kNcclInit));
   return std::unique_ptr<Comm>(std::move(nccl));
 }
 

@@ -15,16 +15,18 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/base/phase.h"
+
 namespace ckpt {
 
 struct ArrivalLags {
   // phase -> seconds per source rank (index = rank in the gather's communicator).
-  std::map<std::string, std::vector<double>> by_phase;
+  std::map<Phase, std::vector<double>> by_phase;
 };
 
 ArrivalLags MpiArrivalLags();
 void ResetMpiArrivalLags();
 // Records one gather's arrivals: seconds since the gather began, per source rank.
-void RecordMpiArrivals(const std::string& phase, const std::vector<int>& srcs, const std::vector<double>& arrived_s);
+void RecordMpiArrivals(Phase phase, const std::vector<int>& srcs, const std::vector<double>& arrived_s);
 
 }  // namespace ckpt

@@ -170,20 +170,20 @@ int MpiComm::NodeSize(MPI_Comm comm) {
 
 int MpiComm::NextTag() { return int(seq_++ % uint64_t(tag_limit_)); }
 
-Status MpiComm::CheckRoot(int root, std::string_view phase) const {
+Status MpiComm::CheckRoot(int root, Phase phase) const {
   if (root >= 0 && root < size_) return Status::Ok();
   return Status::InvalidArgument("rank " + std::to_string(rank_) + ": root " +
                                  std::to_string(root) + " outside communicator of " +
-                                 std::to_string(size_) + " in phase '" + std::string(phase) + "'");
+                                 std::to_string(size_) + " in phase '" + std::string(PhaseName(phase)) + "'");
 }
 
 Status MpiComm::TimeoutStatus(std::string_view what, const std::vector<int>& ranks, Millis timeout,
-                              std::string_view phase) const {
+                              Phase phase) const {
   g_deadline_failed = true;  // called exactly when a call fails by its deadline
-  MissingPeers peers{ranks, {}, std::string(phase)};
+  MissingPeers peers{ranks, {}, phase};
   for (int r : ranks) peers.hosts.push_back(host(r));
   return Status::Timeout("rank " + std::to_string(rank_) + ": " + std::string(what) + " rank(s) " + RankList(ranks) +
-                         " within " + std::to_string(timeout.count()) + " ms in phase '" + std::string(phase) +
+                         " within " + std::to_string(timeout.count()) + " ms in phase '" + std::string(PhaseName(phase)) +
                          "' (" + peers.Describe() + ")")
       .WithMissing(std::move(peers));
 }
@@ -212,7 +212,7 @@ void MpiComm::Reap() {
 }
 
 Result<std::vector<std::string>> MpiComm::Gather(const std::string& mine, int root, Millis timeout,
-                                                 std::string_view phase) {
+                                                 Phase phase) {
   CKPT_RETURN_IF_ERROR(CheckRoot(root, phase));
   Reap();
   int tag = NextTag();
@@ -230,7 +230,7 @@ Result<std::vector<std::string>> MpiComm::Gather(const std::string& mine, int ro
 }
 
 Result<std::string> MpiComm::Broadcast(const std::string& msg, int root, Millis timeout,
-                                       std::string_view phase) {
+                                       Phase phase) {
   CKPT_RETURN_IF_ERROR(CheckRoot(root, phase));
   Reap();
   int tag = NextTag();
@@ -245,11 +245,11 @@ Result<std::string> MpiComm::Broadcast(const std::string& msg, int root, Millis 
 }
 
 Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, int tag,
-                        Clock::time_point deadline, Millis timeout, std::string_view phase) {
+                        Clock::time_point deadline, Millis timeout, Phase phase) {
   if (msg.size() > size_t(INT_MAX))
     return Status::InvalidArgument("rank " + std::to_string(rank_) + ": message of " +
                                    std::to_string(msg.size()) + " bytes is too large in phase '" +
-                                   std::string(phase) + "'");
+                                   std::string(PhaseName(phase)) + "'");
   // One shared copy: it must outlive the requests even if we return early.
   auto buffer = std::make_shared<std::string>(msg);
   std::vector<MPI_Request> reqs(dsts.size(), MPI_REQUEST_NULL);
@@ -290,7 +290,7 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
 
 Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, int tag,
                                                   Clock::time_point deadline, Millis timeout,
-                                                  std::string_view phase) {
+                                                  Phase phase) {
   enum class State { kProbing, kReceiving, kDone };
   std::vector<State> state(srcs.size(), State::kProbing);
   std::vector<std::shared_ptr<std::string>> bufs(srcs.size());
@@ -339,7 +339,7 @@ Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, 
   for (size_t i = 0; i < srcs.size(); ++i)
     if (state[i] == State::kReceiving) pending_.push_back({reqs[i], std::move(bufs[i])});
   if (!st.ok()) return st;
-  if (srcs.size() > 1) RecordMpiArrivals(std::string(phase), srcs, arrived_s);
+  if (srcs.size() > 1) RecordMpiArrivals(phase, srcs, arrived_s);
   std::vector<std::string> out;
   out.reserve(srcs.size());
   for (auto& b : bufs) out.push_back(std::move(*b));
@@ -361,7 +361,7 @@ void ResetMpiArrivalLags() {
   g_lags = {};
 }
 
-void RecordMpiArrivals(const std::string& phase, const std::vector<int>& srcs, const std::vector<double>& arrived_s) {
+void RecordMpiArrivals(Phase phase, const std::vector<int>& srcs, const std::vector<double>& arrived_s) {
   const double first = *std::min_element(arrived_s.begin(), arrived_s.end());
   std::lock_guard<std::mutex> lock(g_lags_mu);
   std::vector<double>& lag = g_lags.by_phase[phase];

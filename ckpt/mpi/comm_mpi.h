@@ -101,13 +101,13 @@ class MpiComm final : public Comm {
   std::string host(int r) const override { return r >= 0 && r < int(hosts_.size()) ? hosts_[size_t(r)] : ""; }
 
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
-                                          std::string_view phase) override;
+                                          Phase phase) override;
   Result<std::string> Broadcast(const std::string& msg, int root, Millis timeout,
-                                std::string_view phase) override;
+                                Phase phase) override;
   // Every send posted (MPI_Isend) before any receive is polled, so no rank
   // waits on another's send order (comm_mpi_alltoall.cc).
   Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis timeout,
-                                            std::string_view phase) override;
+                                            Phase phase) override;
 
   // Sub-communicator of the ranks passing the same color (>= 0), ordered by
   // (key, rank). Collective over this communicator, no timeout.
@@ -131,19 +131,19 @@ class MpiComm final : public Comm {
   static std::vector<std::string> GatherHosts(MPI_Comm comm);
 
   int NextTag();
-  Status CheckRoot(int root, std::string_view phase) const;
+  Status CheckRoot(int root, Phase phase) const;
   // Posts sends of `msg` to `dsts` and waits for them until `deadline`.
   Status SendAll(const std::string& msg, const std::vector<int>& dsts, int tag,
                  std::chrono::steady_clock::time_point deadline, Millis timeout,
-                 std::string_view phase);
+                 Phase phase);
   // Receives one message from each of `srcs` (in any order) until `deadline`.
   Result<std::vector<std::string>> RecvAll(const std::vector<int>& srcs, int tag,
                                            std::chrono::steady_clock::time_point deadline,
-                                           Millis timeout, std::string_view phase);
+                                           Millis timeout, Phase phase);
   // The kTimeout naming `ranks` (typed and in text, with their hosts); also
   // records the deadline failure (MpiDeadlineFailed).
   Status TimeoutStatus(std::string_view what, const std::vector<int>& ranks, Millis timeout,
-                       std::string_view phase) const;
+                       Phase phase) const;
   void Reap();  // drops completed leftovers
 
   MPI_Comm comm_;

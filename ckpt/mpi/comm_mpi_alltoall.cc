@@ -8,15 +8,15 @@
 namespace ckpt {
 
 Result<std::vector<std::string>> MpiComm::AllToAll(std::vector<std::string> out, Millis timeout,
-                                                   std::string_view phase) {
+                                                   Phase phase) {
   if (out.size() != size_t(size_))
     return Status::InvalidArgument("rank " + std::to_string(rank_) + ": AllToAll needs " + std::to_string(size_) +
                                    " messages, got " + std::to_string(out.size()) + " in phase '" +
-                                   std::string(phase) + "'");
+                                   std::string(PhaseName(phase)) + "'");
   for (const auto& msg : out)
     if (msg.size() > size_t(INT_MAX))
       return Status::InvalidArgument("rank " + std::to_string(rank_) + ": message of " + std::to_string(msg.size()) +
-                                     " bytes is too large in phase '" + std::string(phase) + "'");
+                                     " bytes is too large in phase '" + std::string(PhaseName(phase)) + "'");
   Reap();
   const int tag = NextTag();
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -124,7 +124,7 @@ Result<double> MedianStateMemcpySeconds(const ShardedStateDict& state, std::span
                                         Comm* comm, Millis timeout) {
   std::vector<double> runs;
   for (int rep = 0; rep < reps; ++rep) {
-    if (comm) CKPT_RETURN_IF_ERROR(comm->Barrier(timeout, "memcpy baseline"));
+    if (comm) CKPT_RETURN_IF_ERROR(comm->Barrier(timeout, Phase::kMemcpyBaseline));
     const auto t0 = Clock::now();
     size_t off = 0;
     for (const TensorEntry& t : state.tensors()) {

@@ -66,9 +66,8 @@ namespace ckpt {
 // hang or fail a rank mid-protocol.
 
 enum class NonFinitePolicy { kAllow, kWarn, kRefuse };
-// The origin phase (Status::phase()) of a save refused under kRefuse because a
-// tensor holds NaN/Inf; every rank's failure carries it (typed, not text).
-inline constexpr std::string_view kNonFinitePhase = "nonfinite guard";
+// A save refused under kRefuse because a tensor holds NaN/Inf fails on every
+// rank with origin phase Phase::kNonFiniteGuard (Status::phase(); typed, not text).
 
 struct SaveOptions {
   std::string root;

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <map>
 
+#include "ckpt/base/agree.h"
 #include "ckpt/base/key_bound.h"
-#include "ckpt/base/status_wire.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/commit.h"
@@ -190,66 +190,20 @@ void NoteNewerSkipped(Env* env, const std::string& root, int64_t loaded, const s
   }
 }
 
-// Every rank's outcome of one load attempt over opts.comm (index = rank): OK
-// with the iteration loaded, or the rank's typed failure.
-struct Outcomes {
-  std::vector<Status> status;
-  std::vector<std::string> iteration;
-};
-
-Result<Outcomes> GatherOutcomes(const Result<LoadStats>& r, const LoadOptions& opts) {
-  const int me = opts.comm->rank();
-  const std::string mine =
-      r.ok() ? EncodeOutcome(std::to_string(r->iteration)) : EncodeFailure(r.status().At(me, "load"));
-  CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(mine, opts.timeout, "load"));
-  Outcomes out;
-  for (const auto& msg : all) {
-    Result<std::string> o = DecodeOutcome(msg);
-    out.status.push_back(o.status());
-    out.iteration.push_back(o.ok() ? *o : std::string());
-  }
-  return out;
+// Every rank's outcome of one load attempt, agreed over opts.comm
+// (AgreeOutcomes): OK with every rank's iteration loaded (index = rank), or
+// on every rank the failure whose origin came first.
+Result<std::vector<std::string>> AgreeOnLoad(const Result<LoadStats>& r, const LoadOptions& opts) {
+  const Result<std::string> mine = r.ok() ? Result<std::string>(std::to_string(r->iteration)) : r.status();
+  return AgreeOutcomes(opts.comm, mine, Phase::kLoad, opts.timeout);
 }
 
-// The rank whose failure to report: the lowest one that hit its failure
-// itself (its origin, not a read-sharing peer's error it relays), else the
-// lowest failing one; -1 if every rank succeeded.
-int FirstFailure(const std::vector<Status>& all) {
-  int failed = -1;
-  auto own = [&](int i) { return all[i].origin_rank() == i; };
-  for (int i = 0; i < int(all.size()); ++i) {
-    if (all[i].ok()) continue;
-    if (failed < 0 || (!own(failed) && own(i))) failed = i;
-  }
-  return failed;
-}
-
-// `cause` (rank `r`'s failure) as "rank <r>: <CodeName>: <message>", keeping
-// its code and origin.
-Status OnRank(int r, const Status& cause) {
-  return Status(cause.code(), "rank " + std::to_string(r) + ": " + cause.ToString(),
-                cause.has_origin() ? cause.origin_rank() : r, cause.has_origin() ? cause.phase() : "load")
-      .WithCause(cause.cause());
-}
-
-// Every rank's outcome of one attempt: *failure is OK when all ranks
-// succeeded, else the first failing rank's failure (OnRank); *worth_fallback
-// says whether every failure was damage or absence (so an older iteration
-// may still load). Returns the agreement round's own failure (a timeout).
-Status AgreeOnAttempt(const Result<LoadStats>& r, const LoadOptions& opts, Status* failure, bool* worth_fallback) {
-  *worth_fallback = r.ok() || WorthFallingBack(r.status());
-  if (!opts.comm || opts.comm->size() == 1) {
-    *failure = r.ok() ? Status::Ok()
-                      : Status(r.status().code(), r.status().ToString(), r.status().origin_rank(), r.status().phase())
-                            .WithCause(r.status().cause());
-    return Status::Ok();
-  }
-  CKPT_ASSIGN_OR_RETURN(Outcomes all, GatherOutcomes(r, opts));
-  for (const Status& s : all.status)
-    if (!s.ok() && !WorthFallingBack(s)) *worth_fallback = false;
-  const int failed = FirstFailure(all.status);
-  *failure = failed < 0 ? Status::Ok() : OnRank(failed, all.status[failed]);
-  return Status::Ok();
+// One fallback attempt, agreed: *failure is OK when every rank succeeded,
+// else the agreed failure; *worth_fallback says whether it was damage or
+// absence (an older iteration may still load), the same on every rank.
+void AgreeOnAttempt(const Result<LoadStats>& r, const LoadOptions& opts, Status* failure, bool* worth_fallback) {
+  *failure = AgreeOnLoad(r, opts).status();
+  *worth_fallback = WorthFallingBack(*failure);
 }
 
 // Fallback found nothing loadable: kCorruption if some attempt failed on
@@ -316,7 +270,7 @@ Result<LoadStats> LoadFallback(ShardedStateDict& state, const LoadOptions& opts,
       auto r = LoadIteration(state, opts, env, *it);
       bool worth = true;
       Status failure;
-      CKPT_RETURN_IF_ERROR(AgreeOnAttempt(r, opts, &failure, &worth));
+      AgreeOnAttempt(r, opts, &failure, &worth);
       if (failure.ok()) {
         if (opts.iteration < 0 && tracked.ok())  // those at or below it failed in this loop
           NoteNewerSkipped(env, opts.root, *tracked, iters, &r->skipped);
@@ -327,7 +281,8 @@ Result<LoadStats> LoadFallback(ShardedStateDict& state, const LoadOptions& opts,
       if (!worth)
         return Status(Code::kAborted, "load of " + IterDirName(*it) + " failed on " + failure.message(),
                       failure.origin_rank(), failure.phase())
-            .WithCause(failure.cause());
+            .WithCause(failure.cause())
+            .WithMissing(failure.missing());
       again = RemovedMeanwhile(env, opts, *it, attempt, &removed);
       if (!again) skipped.push_back(failure.WithContext(IterDirName(*it)));
     }
@@ -496,21 +451,16 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
   Env* env = opts.env ? opts.env : DefaultEnv();
   Result<LoadStats> r = LoadLocal(state, opts, env);
   if (opts.comm && opts.comm->size() > 1 && !opts.fallback) {  // fallback agrees per attempt
-    // Agree: a rank that failed makes every rank fail with its code, naming it
-    // (the rank that hit the error, not one relaying it for its read-sharing group).
-    CKPT_ASSIGN_OR_RETURN(Outcomes all, GatherOutcomes(r, opts));
+    // Agree: a rank that failed makes every rank fail the same way, naming
+    // the rank that hit the error first (not one relaying it for its
+    // read-sharing group); all succeeded: all loaded the same iteration.
+    Result<std::vector<std::string>> all = AgreeOnLoad(r, opts);
+    if (!all.ok()) return all.status().WithContext("load from '" + opts.root + "'");
     const int me = opts.comm->rank();
-    const int failed = FirstFailure(all.status);
-    if (failed >= 0 && failed != me) {
-      const Status& cause = all.status[failed];
-      return Status(cause.code(), "load failed on rank " + std::to_string(failed) + ": " + cause.ToString(),
-                    cause.has_origin() ? cause.origin_rank() : failed, cause.phase())
-          .WithCause(cause.cause());
-    }
-    for (int i = 0; failed < 0 && i < int(all.iteration.size()); ++i)
-      if (all.iteration[i] != all.iteration[me])
-        return Status::Aborted("ranks loaded different iterations (rank " + std::to_string(i) + ": " +
-                               all.iteration[i] + ")");
+    for (int i = 0; i < int(all->size()); ++i)
+      if ((*all)[i] != (*all)[me])
+        return Status::Aborted("ranks loaded different iterations (rank " + std::to_string(i) + ": " + (*all)[i] +
+                               ")");
   }
   if (!r.ok()) return r.status().WithContext("load from '" + opts.root + "'");
   CKPT_RETURN_IF_ERROR(load_internal::AgreeUnexpected(opts, &*r).WithContext("load from '" + opts.root + "'"));

@@ -57,7 +57,7 @@ struct Cursor {
 int JobRank(const LoadOptions& opts) { return opts.comm ? opts.comm->rank() : opts.share_comm->rank(); }
 
 // 'E' + the typed status, its origin this rank unless it was relayed.
-std::string EncodeError(const Status& st, int job_rank) { return "E" + EncodeStatus(st.At(job_rank, "load")); }
+std::string EncodeError(const Status& st, int job_rank) { return "E" + EncodeStatus(st.At(job_rank, Phase::kLoad)); }
 
 // Another rank's error, with its code and origin (a fallback load must see
 // damage as damage, and agreement names the rank that hit it).
@@ -278,7 +278,7 @@ class SharedLoad {
             stats_->bytes_sent += int64_t(o.stored.size());
           }
     msgs[c->rank()].clear();
-    CKPT_ASSIGN_OR_RETURN(auto in, c->AllToAll(std::move(msgs), opts_.timeout, "load_share"));
+    CKPT_ASSIGN_OR_RETURN(auto in, c->AllToAll(std::move(msgs), opts_.timeout, Phase::kLoadShare));
     std::vector<std::pair<ChunkKey, std::string_view>> got;
     for (int s = 0; s < c->size(); ++s) {
       if (s == c->rank()) continue;
@@ -344,11 +344,11 @@ Status SharedLoadTensors(ShardedStateDict& state, const Manifest* m, const Resul
                          const std::string& dir, const LoadOptions& opts, Env* env, LoadStats* stats) {
   Comm* c = opts.share_comm;
   if (!cp.ok()) {  // tell the group, then fail with this rank's own error
-    c->AllGather(EncodeError(cp.status(), JobRank(opts)), opts.timeout, "load_share").status().IgnoreError();
+    c->AllGather(EncodeError(cp.status(), JobRank(opts)), opts.timeout, Phase::kLoadShare).status().IgnoreError();
     return cp.status();
   }
   const ChunkIds ids(*m);
-  CKPT_ASSIGN_OR_RETURN(auto all, c->AllGather(EncodeHello(*m, ids, *cp), opts.timeout, "load_share"));
+  CKPT_ASSIGN_OR_RETURN(auto all, c->AllGather(EncodeHello(*m, ids, *cp), opts.timeout, Phase::kLoadShare));
   std::vector<Hello> hellos;
   for (int r = 0; r < int(all.size()); ++r) {
     if (!all[r].empty() && all[r][0] == 'E') return DecodeError(all[r]);

@@ -92,7 +92,7 @@ ShardedStateDict Without(const ShardedStateDict& state, const std::vector<std::s
 Status AgreeUnexpected(const LoadOptions& opts, LoadStats* stats) {
   if (opts.comm && opts.comm->size() > 1) {
     // Unexpected = unrequested on every rank: intersect the ranks' lists.
-    CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(PackStrings(stats->unexpected_keys), opts.timeout, "strict"));
+    CKPT_ASSIGN_OR_RETURN(auto all, opts.comm->AllGather(PackStrings(stats->unexpected_keys), opts.timeout, Phase::kStrict));
     std::vector<std::string> common = stats->unexpected_keys;
     for (const auto& packed : all) {
       CKPT_ASSIGN_OR_RETURN(auto theirs, UnpackStrings(packed));

@@ -110,7 +110,7 @@ Status FinishRecv(Env* env, Stream* st) {
 
 Result<StreamStats> StreamCopies(Env* env, Comm* comm, const std::vector<CopySend>& sends,
                                  const std::vector<CopyRecv>& recvs, int64_t round_bytes, Millis timeout,
-                                 std::string_view phase) {
+                                 Phase phase) {
   const int world = comm->size();
   StreamStats stats;
   Status mine = Status::Ok();

@@ -39,6 +39,6 @@ struct StreamStats {
 
 Result<StreamStats> StreamCopies(Env* env, Comm* comm, const std::vector<CopySend>& sends,
                                  const std::vector<CopyRecv>& recvs, int64_t round_bytes, Millis timeout,
-                                 std::string_view phase);
+                                 Phase phase);
 
 }  // namespace ckpt

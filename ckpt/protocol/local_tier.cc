@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "ckpt/base/agree.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/protocol/local_copy_stream.h"
 #include "ckpt/protocol/verify.h"
@@ -34,19 +35,13 @@ struct Ctx {
   std::string RankRoot(int r) const { return JoinPath(MyNode(), "rank_" + std::to_string(r)); }
   bool leader() const { return rank % o.ranks_per_node == 0; }
   Status Step(std::string_view step) const { return o.hook ? o.hook(step, rank) : Status::Ok(); }
-  Status Mine(const Status& st, int64_t it, std::string_view phase) const {
+  Status Mine(const Status& st, int64_t it, Phase phase) const {
     return st.WithContext("local tier iter " + std::to_string(it) + ", rank " + std::to_string(rank) + ", phase '" +
-                          std::string(phase) + "'")
+                          std::string(PhaseName(phase)) + "'")
         .At(rank, phase);
   }
-  // Every rank learns the first failure (or OK): one all-gather.
-  Status Agree(const Status& mine, std::string_view phase) const {
-    if (world == 1) return mine;
-    const std::string msg = mine.ok() ? EncodeOutcome("") : EncodeFailure(mine);
-    CKPT_ASSIGN_OR_RETURN(auto all, comm->AllGather(msg, o.timeout, phase));
-    if (!mine.ok()) return mine;
-    return DecodeOutcomes(all, phase).status();
-  }
+  // Every rank learns the first failure (or OK): AgreeStatus.
+  Status Agree(const Status& mine, Phase phase) const { return AgreeStatus(comm, mine, phase, o.timeout); }
 };
 
 bool Committed(Env* env, const std::string& root, int64_t it) { return ReadManifest(env, root, it).ok(); }
@@ -229,7 +224,7 @@ Status ForgetNewer(const Ctx& c, const TierChoice& ch) {
   if (mk.is_object() && mk["iteration"].get<int64_t>() > keep_upto)
     st = c.env->RemoveFile(JoinPath(c.MyNode(), kMarker));
   if (st.ok() && ch.tier == "local") st = RemoveCopies(c, 0, keep_upto);
-  return st.ok() ? st : c.Mine(st, ch.iteration, "tier-cleanup");
+  return st.ok() ? st : c.Mine(st, ch.iteration, Phase::kTierCleanup);
 }
 
 // Streams my committed copy to my replica holders and the copies whose
@@ -250,8 +245,8 @@ Status Replicate(const Ctx& c, int64_t iteration, LocalSaveStats* st) {
     }
     return Status::Ok();
   }();
-  CKPT_RETURN_IF_ERROR(c.Agree(prep.ok() ? prep : c.Mine(prep, iteration, "local-replicate"), "local-replicate"));
-  auto streamed = StreamCopies(c.env, c.comm, sends, recvs, c.o.round_bytes, c.o.timeout, "local-replicate");
+  CKPT_RETURN_IF_ERROR(c.Agree(prep.ok() ? prep : c.Mine(prep, iteration, Phase::kLocalReplicate), Phase::kLocalReplicate));
+  auto streamed = StreamCopies(c.env, c.comm, sends, recvs, c.o.round_bytes, c.o.timeout, Phase::kLocalReplicate);
   Status recv = streamed.status();
   if (streamed.ok()) {
     st->sent_bytes = streamed->sent_bytes;
@@ -339,14 +334,14 @@ Result<LocalSaveStats> LocalSave(const ShardedStateDict& sd, int64_t iteration, 
     return SaveCheckpoint(LocalView(sd), so).status();
   }();
   st.write_seconds = Since(t0);
-  CKPT_RETURN_IF_ERROR(c.Agree(own.ok() ? own : c.Mine(own, iteration, "local-write"), "local-write"));
+  CKPT_RETURN_IF_ERROR(c.Agree(own.ok() ? own : c.Mine(own, iteration, Phase::kLocalWrite), Phase::kLocalWrite));
 
   // 2. replicas, from the committed files (not from training memory).
   Status recv = Replicate(c, iteration, &st);
 
   // 3. commit: every copy and replica is in place and verified, then the markers.
   const auto t2 = Clock::now();
-  CKPT_RETURN_IF_ERROR(c.Agree(recv.ok() ? recv : c.Mine(recv, iteration, "local-receive"), "local-commit"));
+  CKPT_RETURN_IF_ERROR(c.Agree(recv.ok() ? recv : c.Mine(recv, iteration, Phase::kLocalReceive), Phase::kLocalCommit));
   Status mark = Status::Ok();
   if (c.leader()) {
     mark = c.Step("local_marker");
@@ -355,7 +350,7 @@ Result<LocalSaveStats> LocalSave(const ShardedStateDict& sd, int64_t iteration, 
     if (mark.ok()) mark = RemoveCopies(c, iteration, iteration);
   }
   // A marker failure on one node leaves the iteration complete on the others.
-  CKPT_RETURN_IF_ERROR(c.Agree(mark.ok() ? mark : c.Mine(mark, iteration, "local-marker"), "local-marked"));
+  CKPT_RETURN_IF_ERROR(c.Agree(mark.ok() ? mark : c.Mine(mark, iteration, Phase::kLocalMarker), Phase::kLocalMarked));
   st.commit_seconds = Since(t2);
   st.seconds = Since(t0);
   return st;
@@ -365,8 +360,8 @@ Result<TierChoice> ChooseResumeTier(const LocalTierOptions& opts, const std::str
   Ctx c(opts);
   CKPT_RETURN_IF_ERROR(opts.Validate(c.world));
   auto decide = [&](std::vector<std::string> msgs) { return DecideTier(c, msgs, global_root); };
-  CKPT_ASSIGN_OR_RETURN(std::string got, c.comm->GatherDecide(Holdings(c).dump(), 0, opts.timeout, "tier-gather",
-                                                              "tier-decide", decide));
+  CKPT_ASSIGN_OR_RETURN(std::string got, c.comm->GatherDecide(Holdings(c).dump(), 0, opts.timeout, Phase::kTierGather,
+                                                              Phase::kTierGather, decide));
   CKPT_ASSIGN_OR_RETURN(std::string payload, DecodeOutcome(got));
   json d = json::parse(payload);
   TierChoice ch{d["tier"], d["iteration"], d["why"], d["local"], d["global"]};
@@ -384,7 +379,7 @@ Result<LocalRestoreStats> LocalRestore(ShardedStateDict& request, int64_t iterat
   if (c.leader())
     for (int s = 0; s < c.world; ++s)
       if (Committed(c.env, c.RankRoot(s), iteration)) mine["has"].push_back(s);
-  CKPT_ASSIGN_OR_RETURN(auto all, c.comm->AllGather(mine.dump(), opts.timeout, "restore-holdings"));
+  CKPT_ASSIGN_OR_RETURN(auto all, c.comm->AllGather(mine.dump(), opts.timeout, Phase::kRestoreHoldings));
   std::vector<json> reps;
   for (auto& m : all) reps.push_back(json::parse(m, nullptr, false));
   std::vector<CopySend> sends;
@@ -412,7 +407,7 @@ Result<LocalRestoreStats> LocalRestore(ShardedStateDict& request, int64_t iterat
   if (need && got.ok())
     recvs.push_back({st.from_rank, IterDir(StagingRoot(c.RankRoot(c.rank), iteration), iteration)});
   auto streamed = StreamCopies(c.env, c.comm, got.ok() ? sends : std::vector<CopySend>{}, recvs, opts.round_bytes,
-                               opts.timeout, "restore-fetch");
+                               opts.timeout, Phase::kRestoreFetch);
   if (got.ok()) got = streamed.status();
   if (streamed.ok()) st.sent_bytes = streamed->sent_bytes, st.fetched_bytes = streamed->received_bytes;
   st.fetch_seconds = Since(t0);
@@ -426,7 +421,7 @@ Result<LocalRestoreStats> LocalRestore(ShardedStateDict& request, int64_t iterat
     if (ls.ok()) st.load = *ls;
     st.load_seconds = Since(t1);
   }
-  CKPT_RETURN_IF_ERROR(c.Agree(got.ok() ? got : c.Mine(got, iteration, "local-restore"), "local-restore"));
+  CKPT_RETURN_IF_ERROR(c.Agree(got.ok() ? got : c.Mine(got, iteration, Phase::kLocalRestore), Phase::kLocalRestore));
   for (size_t i = 0; i < view.objects().size(); ++i) request.objects()[i].bytes = view.objects()[i].bytes;
   st.seconds = Since(t0);
   return st;

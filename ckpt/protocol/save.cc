@@ -55,14 +55,14 @@ class SaveRun {
 
  private:
   Status Step(std::string_view step) { return opts_.hook ? opts_.hook(step, rank_) : Status::Ok(); }
-  std::string Where(std::string_view phase) const {
+  std::string Where(Phase phase) const {
     return "save iter " + std::to_string(opts_.iteration) + ", rank " + std::to_string(rank_) +
-           ", phase '" + std::string(phase) + "'";
+           ", phase '" + std::string(PhaseName(phase)) + "'";
   }
   // `st` as this rank's own failure in `phase`: context and typed origin.
-  Status Mine(const Status& st, std::string_view phase) const { return st.WithContext(Where(phase)).At(rank_, phase); }
-  void Timed(const char* phase, Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
-    stats_.phase_seconds[phase] += std::chrono::duration<double>(t1 - t0).count();
+  Status Mine(const Status& st, Phase phase) const { return st.WithContext(Where(phase)).At(rank_, phase); }
+  void Timed(Phase phase, Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
+    stats_.phase_seconds[std::string(PhaseName(phase))] += std::chrono::duration<double>(t1 - t0).count();
   }
 
   Result<std::string> Begin();  // rank 0 prepares; all learn the tmp dir
@@ -121,13 +121,13 @@ Result<std::string> SaveRun::Begin() {
   if (rank_ == 0) {
     auto staged = opts_.storage ? PrepareSaveDir(opts_.storage, opts_.iteration, opts_.hook, opts_.allow_older)
                                 : PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook, opts_.allow_older);
-    msg = staged.ok() ? OkMsg((*staged)->dir()) : ErrMsg(Mine(staged.status(), "begin"));
+    msg = staged.ok() ? OkMsg((*staged)->dir()) : ErrMsg(Mine(staged.status(), Phase::kBegin));
     if (staged.ok()) {
       staged_ = std::move(staged).value();
       tmp_dir_ = staged_->dir();  // Abandon() drops it if the broadcast fails
     }
   }
-  CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, "begin"));
+  CKPT_ASSIGN_OR_RETURN(std::string got, comm_->Broadcast(msg, 0, opts_.timeout, Phase::kBegin));
   Result<std::string> dir = DecodeOutcome(got);
   if (!dir.ok()) return RemoteFailure(dir.status());
   return dir;
@@ -144,7 +144,7 @@ std::string SaveRun::DecidePlan(const std::vector<std::string>& held) {
     }
     return PlanWrites(per_rank, opts_.balance_replicas);
   }();
-  return plan.ok() ? OkMsg(EncodeWritePlan(*plan)) : ErrMsg(Mine(plan.status(), "plan"));
+  return plan.ok() ? OkMsg(EncodeWritePlan(*plan)) : ErrMsg(Mine(plan.status(), Phase::kPlan));
 }
 
 Result<std::vector<int>> SaveRun::PlanMyWrites(const Status& ready) {
@@ -152,7 +152,7 @@ Result<std::vector<int>> SaveRun::PlanMyWrites(const Status& ready) {
   for (const auto& t : state_.tensors())
     held.push_back({ShardIdentity(t.meta), t.meta.num_bytes(), t.meta.is_main_replica()});
   const std::string mine = ready.ok() ? OkMsg(EncodeHeldShards(held)) : ErrMsg(ready);
-  Result<std::string> got = comm_->GatherDecide(mine, 0, opts_.timeout, "plan", "plan",
+  Result<std::string> got = comm_->GatherDecide(mine, 0, opts_.timeout, Phase::kPlan, Phase::kPlan,
                                                 [&](std::vector<std::string> all) { return DecidePlan(all); });
   if (!ready.ok()) return ready;  // my own failure first, whatever the others did
   CKPT_RETURN_IF_ERROR(got.status());
@@ -177,7 +177,7 @@ Status SaveRun::CheckNonFinite(const TensorEntry& t) {
     return Status::Ok();
   }
   return Status(Code::kFailedPrecondition, "refusing to commit non-finite state: " + what, rank_,
-                std::string(kNonFinitePhase));
+                Phase::kNonFiniteGuard);
 }
 
 Result<Manifest> SaveRun::WriteMine(Env* env, const std::vector<int>& mine) {
@@ -226,7 +226,7 @@ Status SaveRun::Commit(const std::vector<std::string>& votes) {
   Result<Manifest> m = MergeVotes(votes);
   Status st = m.ok() ? PublishCheckpoint(staged_.get(), *m, opts_.hook, &published_) : m.status();
   if (!st.ok() && published_)  // visible, but the commit point (root fsync) was not reached
-    return Status(Code::kOutcomeUnknown, "outcome unknown: " + st.ToString(), rank_, "commit");
+    return Status(Code::kOutcomeUnknown, "outcome unknown: " + st.ToString(), rank_, Phase::kCommit);
   if (!st.ok()) {
     Abandon();
     return st;
@@ -240,7 +240,7 @@ Status SaveRun::Commit(const std::vector<std::string>& votes) {
 
 std::string SaveRun::DecideCommit(const std::vector<std::string>& votes) {
   Status st = Commit(votes);
-  return st.ok() ? OkMsg(EncodeStatus(stats_.warning)) : ErrMsg(Mine(st, "commit"));
+  return st.ok() ? OkMsg(EncodeStatus(stats_.warning)) : ErrMsg(Mine(st, Phase::kCommit));
 }
 
 uint64_t SaveRun::RootFileBytes() {
@@ -280,7 +280,7 @@ Result<std::string> SaveRun::AwaitOutcomeOnDisk(const Status& timed_out, uint64_
 std::string SaveRun::DecideRound(VoteTally& tally, const std::vector<std::string>& msgs) {
   const auto now = Clock::now();
   Status st = tally.Add(msgs, now);
-  if (!st.ok()) return EncodeFinal(ErrMsg(Mine(st, "vote")));
+  if (!st.ok()) return EncodeFinal(ErrMsg(Mine(st, Phase::kVote)));
   if (tally.Decided()) {
     t_decide_ = now;
     const auto& votes = tally.votes();
@@ -288,9 +288,9 @@ std::string SaveRun::DecideRound(VoteTally& tally, const std::vector<std::string
     // root's own writer may still run, so nothing is removed here (Run does, after it).
     const bool failed = std::any_of(votes.begin(), votes.end(),
                                     [](const std::string& v) { return !v.empty() && !DecodeOutcome(v).ok(); });
-    return EncodeFinal(failed ? ErrMsg(Mine(MergeVotes(votes).status(), "commit")) : DecideCommit(votes));
+    return EncodeFinal(failed ? ErrMsg(Mine(MergeVotes(votes).status(), Phase::kCommit)) : DecideCommit(votes));
   }
-  stalled_ = tally.Stalled(now, rank_, comm_).At(rank_, "vote");
+  stalled_ = tally.Stalled(now, rank_, comm_).At(rank_, Phase::kVote);
   return stalled_.ok() ? EncodeGoOn() : EncodeFinal(ErrMsg(stalled_));
 }
 
@@ -330,22 +330,22 @@ Result<std::string> SaveRun::WriteAndVote(const std::vector<int>& mine) {
     std::string msg = !vote.empty() ? EncodeVoted() : EncodeWriting(progress.count());
     if (written) {
       writer.get();
-      Timed("write", t0, t_written);
+      Timed(Phase::kWrite, t0, t_written);
       vote_step_ = part.ok() ? Step("vote") : part.status();
-      vote = vote_step_.ok() ? OkMsg(SerializeManifest(*part)) : ErrMsg(Mine(vote_step_, "write"));
+      vote = vote_step_.ok() ? OkMsg(SerializeManifest(*part)) : ErrMsg(Mine(vote_step_, Phase::kWrite));
       root_bytes = rank_ == 0 ? 0 : RootFileBytes();
       msg = EncodeVote(vote);
       t_voted = t_decide_ = Clock::now();
     }
-    auto got = comm_->GatherDecide(msg, 0, opts_.timeout, "vote", "commit",
+    auto got = comm_->GatherDecide(msg, 0, opts_.timeout, Phase::kVote, Phase::kCommit,
                                    [&](std::vector<std::string> msgs) { return DecideRound(tally, msgs); });
     std::string final_outcome;
     Result<bool> go_on = got.ok() ? DecodeGoOn(*got, &final_outcome) : got.status();
     if (go_on.ok() && *go_on) continue;
     join.cancel = vote.empty();  // the save ended before my write did
     if (!vote.empty()) {
-      Timed("vote", t_voted, std::max(t_voted, t_decide_));
-      Timed("commit", std::max(t_voted, t_decide_));
+      Timed(Phase::kVote, t_voted, std::max(t_voted, t_decide_));
+      Timed(Phase::kCommit, std::max(t_voted, t_decide_));
     }
     if (!go_on.ok()) return RoundFailed(go_on.status(), !vote.empty() && DecodeOutcome(vote).ok(), root_bytes);
     return final_outcome;
@@ -355,7 +355,7 @@ Result<std::string> SaveRun::WriteAndVote(const std::vector<int>& mine) {
 Result<SaveStats> SaveRun::Run() {
   const auto start = Clock::now();
   stats_.iteration = opts_.iteration;
-  Status ready = Mine(state_.Validate(), "validate");
+  Status ready = Mine(state_.Validate(), Phase::kValidate);
   auto t0 = Clock::now();
   Result<std::string> begun = Begin();
   if (!begun.ok()) {
@@ -363,9 +363,9 @@ Result<SaveStats> SaveRun::Run() {
     return begun.status();
   }
   tmp_dir_ = *begun;
-  if (ready.ok()) ready = Mine(Step("plan"), "plan");
+  if (ready.ok()) ready = Mine(Step("plan"), Phase::kPlan);
   Result<std::vector<int>> mine = PlanMyWrites(ready);
-  Timed("plan", t0);
+  Timed(Phase::kPlan, t0);
   if (!mine.ok()) {
     Abandon();
     return mine.status();
@@ -375,7 +375,7 @@ Result<SaveStats> SaveRun::Run() {
   Result<std::string> outcome = got.ok() ? DecodeOutcome(*got) : got;
   if (!outcome.ok()) {
     Abandon();  // root: nothing was published (else a no-op)
-    if (!vote_step_.ok()) return Mine(vote_step_, "write");  // my own failure first
+    if (!vote_step_.ok()) return Mine(vote_step_, Phase::kWrite);  // my own failure first
     if (!stalled_.ok()) return stalled_;  // root: the deadline failure is mine (kTimeout, not relayed)
     return got.ok() ? RemoteFailure(outcome.status()) : got.status();
   }

@@ -100,7 +100,7 @@ Status VoteTally::Stalled(Clock::time_point now, int me, const Comm* comm) const
     stalled.hosts.push_back(comm ? comm->host(int(r)) : "");
   }
   if (ranks.empty()) return Status::Ok();
-  stalled.phase = "vote";
+  stalled.phase = Phase::kVote;
   return Status::Timeout("rank " + std::to_string(me) + ": no progress from rank(s) " + ranks + " within " +
                          std::to_string(timeout_.count()) + " ms in phase 'vote' (their writes stopped; " +
                          stalled.Describe() + ")")

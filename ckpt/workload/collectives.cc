@@ -27,14 +27,14 @@ Status MpiSum(MPI_Comm comm, std::span<T> data, const char* what) {
 
 // All-gather through the Comm control plane, then sum in group-rank order.
 template <typename T>
-Status CommSum(Comm* comm, std::span<T> data, Millis timeout, const char* phase) {
+Status CommSum(Comm* comm, std::span<T> data, Millis timeout, Phase phase) {
   if (!comm || comm->size() == 1) return Status::Ok();
   std::string mine(reinterpret_cast<const char*>(data.data()), data.size_bytes());
   CKPT_ASSIGN_OR_RETURN(auto all, comm->AllGather(mine, timeout, phase));
   std::vector<T> sum(data.size(), T(0)), part(data.size());
   for (const std::string& s : all) {
     if (s.size() != data.size_bytes())
-      return Status::Internal(std::string(phase) + ": ranks reduce buffers of different sizes");
+      return Status::Internal(std::string(PhaseName(phase)) + ": ranks reduce buffers of different sizes");
     std::memcpy(part.data(), s.data(), s.size());
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
   }
@@ -65,8 +65,8 @@ Status MpiCollectives::SumOverTp(std::span<float> data) {
   return tp_size() == 1 ? Status::Ok() : MpiSum(tp_->raw(), data, "MPI_Allreduce over TP (float)");
 }
 
-Status CommCollectives::SumOverDp(std::span<uint64_t> data) { return CommSum(dp_, data, timeout_, "dp-sum"); }
-Status CommCollectives::SumOverDp(std::span<float> data) { return CommSum(dp_, data, timeout_, "dp-sum"); }
-Status CommCollectives::SumOverTp(std::span<float> data) { return CommSum(tp_, data, timeout_, "tp-sum"); }
+Status CommCollectives::SumOverDp(std::span<uint64_t> data) { return CommSum(dp_, data, timeout_, Phase::kDpSum); }
+Status CommCollectives::SumOverDp(std::span<float> data) { return CommSum(dp_, data, timeout_, Phase::kDpSum); }
+Status CommCollectives::SumOverTp(std::span<float> data) { return CommSum(tp_, data, timeout_, Phase::kTpSum); }
 
 }  // namespace ckpt::workload

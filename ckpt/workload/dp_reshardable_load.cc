@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/base/status_wire.h"
+#include "ckpt/base/agree.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/dist_optimizer_state.h"
 #include "ckpt/workload/gpt_job.h"
@@ -140,15 +140,7 @@ Status PrepareDpReshardableLoad(GptJob& job, const std::string& root, int64_t it
       saved[e.meta.key] = std::string(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size());
     return job.optimizer->UseSavedDpLayouts(saved, std::move(consumed));
   };
-  const Status st = layouts();
-  const std::string mine =
-      st.ok() ? EncodeOutcome("")
-              : EncodeFailure(Status(st.code(), st.message() + " [found on rank " + std::to_string(job.rank()) + "]",
-                                     job.rank(), "optimizer layout")
-                                  .WithCause(st.cause()));
-  CKPT_ASSIGN_OR_RETURN(auto all, job.comm->AllGather(mine, job.timeout, "report"));
-  for (const auto& a : all) CKPT_RETURN_IF_ERROR(DecodeOutcome(a).status());
-  return Status::Ok();
+  return AgreeStatus(job.comm.get(), layouts(), Phase::kOptimizerLayout, job.timeout);
 }
 
 }  // namespace ckpt::workload

@@ -41,7 +41,7 @@ ExitSignal::~ExitSignal() {
 bool ExitSignal::received() const { return g_received != 0; }
 
 Result<bool> ExitSignal::AnyRankReceived(Comm& comm, Millis timeout) const {
-  CKPT_ASSIGN_OR_RETURN(auto all, comm.AllGather(received() ? "1" : "0", timeout, "exit signal"));
+  CKPT_ASSIGN_OR_RETURN(auto all, comm.AllGather(received() ? "1" : "0", timeout, Phase::kExitSignal));
   for (const auto& s : all)
     if (s == "1") return true;
   return false;

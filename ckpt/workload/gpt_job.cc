@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string_view>
 
-#include "ckpt/base/status_wire.h"
+#include "ckpt/base/agree.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_moe.h"
@@ -19,7 +19,7 @@
 namespace ckpt::workload {
 
 Result<std::vector<nlohmann::json>> GptJob::AllGatherJson(const nlohmann::json& mine) {
-  return workload::AllGatherJson(*comm, mine, timeout, "report");
+  return workload::AllGatherJson(*comm, mine, timeout, Phase::kReport);
 }
 
 Result<ShardedStateDict> GptJob::StateDict() {
@@ -176,38 +176,14 @@ Status PrecheckBucketLayout(GptJob& job, const std::string& root, int64_t iterat
   }
   if (st.ok()) st = job.optimizer->CheckBucketLayout(found);
   // Every rank gets the first failing rank's explanation ("rank <r>: ...").
-  const std::string mine =
-      st.ok() ? EncodeOutcome("") : EncodeFailure(Status(Code::kFailedPrecondition, st.message(), job.rank(), "bucket layout"));
-  CKPT_ASSIGN_OR_RETURN(auto all, job.comm->AllGather(mine, job.timeout, "report"));
-  return DecodeOutcomes(all, "bucket layout").status();
+  const Status mine = st.ok() ? st : Status(Code::kFailedPrecondition, st.message(), job.rank(), Phase::kBucketLayout);
+  return AgreeStatus(job.comm.get(), mine, Phase::kBucketLayout, job.timeout);
 }
 
 int64_t ResolveLoadIteration(const std::string& root, int64_t iteration) {
   if (iteration >= 0) return iteration;
   Result<int64_t> latest = LatestIteration(DefaultEnv(), root);
   return latest.ok() ? *latest : -1;
-}
-
-namespace {
-
-bool Earlier(const Status& a, const Status& b) {
-  if (a.origin_rank() != b.origin_rank()) return a.origin_rank() < b.origin_rank();
-  return a.code() == Code::kCorruption && b.code() != Code::kCorruption;  // same rank: damage wins
-}
-
-}  // namespace
-
-Status AgreedLoadFailure(Comm* comm, const Status& st, Millis timeout) {
-  const Status mine = st.At(comm ? comm->rank() : 0, "load");
-  if (!comm || comm->size() == 1 || st.code() == Code::kTimeout) return mine;
-  auto all = comm->AllGather(EncodeStatus(mine), timeout, "exit code");
-  if (!all.ok()) return mine;
-  Status first = mine;
-  for (const std::string& a : *all) {
-    const Status s = DecodeStatus(a);  // malformed: kInternal without origin, ignored
-    if (!s.ok() && s.has_origin() && Earlier(s, first)) first = s;
-  }
-  return first;
 }
 
 namespace {

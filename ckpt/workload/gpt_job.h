@@ -93,14 +93,6 @@ Status PrepareDpReshardableLoad(GptJob& job, const std::string& root, int64_t it
 // (the loader then reports the tracker's problem, or falls back).
 int64_t ResolveLoadIteration(const std::string& root, int64_t iteration);
 
-// The failure of a load that every rank agrees on: the one with the lowest
-// origin rank (typed Status fields; at one rank, damage wins). The loader's
-// Status may differ by rank (two ranks failing differently each keep their
-// own), so the ranks compare what they hold in one more round (phase "exit
-// code", `timeout`). Without it - world 1, a Timeout (no agreement was
-// reached) or the round failing - this rank's own status (with its origin).
-Status AgreedLoadFailure(Comm* comm, const Status& st, Millis timeout);
-
 // One rank's memory during a load (bytes; -1: unknown).
 struct LoadMemory {
   int64_t rss_before = -1, peak = -1, state = 0, largest_shard = 0;

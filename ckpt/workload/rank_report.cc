@@ -7,14 +7,14 @@
 namespace ckpt::workload {
 
 Result<std::vector<nlohmann::json>> AllGatherJson(Comm& comm, const nlohmann::json& mine, Millis timeout,
-                                                  std::string_view phase) {
+                                                  Phase phase) {
   CKPT_ASSIGN_OR_RETURN(auto all, comm.AllGather(mine.dump(), timeout, phase));
   std::vector<nlohmann::json> out;
   for (size_t r = 0; r < all.size(); ++r) {
     nlohmann::json j = nlohmann::json::parse(all[r], nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded())
       return Status::Internal("rank " + std::to_string(r) + " sent a malformed report in phase '" +
-                              std::string(phase) + "'");
+                              std::string(PhaseName(phase)) + "'");
     out.push_back(std::move(j));
   }
   return out;
@@ -48,15 +48,19 @@ Result<int64_t> MinOf(const std::vector<nlohmann::json>& all, const std::string&
 
 Result<nlohmann::json> ReduceLoadReports(const std::vector<nlohmann::json>& all) {
   nlohmann::json out = nlohmann::json::object();
-  for (const char* k : {"bytes", "received", "elements", "bad", "opt_bad", "opt_elements"}) {
-    CKPT_ASSIGN_OR_RETURN(int64_t v, SumOf(all, k));
-    out[k] = v;
+  // Each rank's LoadStatsJson keys in, the report's shorter names out.
+  for (auto [in, as] : {std::pair{"bytes_read", "bytes"}, {"bytes_received", "received"}, {"elements", "elements"},
+                        {"zero_filled", "zero_filled"}, {"bad", "bad"}, {"opt_bad", "opt_bad"},
+                        {"opt_elements", "opt_elements"}}) {
+    CKPT_ASSIGN_OR_RETURN(int64_t v, SumOf(all, in));
+    out[as] = v;
   }
-  CKPT_ASSIGN_OR_RETURN(int64_t max_bytes, MaxOf(all, "bytes"));
+  CKPT_ASSIGN_OR_RETURN(int64_t max_bytes, MaxOf(all, "bytes_read"));
   out["max_rank_bytes"] = std::max<int64_t>(max_bytes, 0);
-  for (const char* k : {"rounds", "extra", "state", "largest_shard"}) {
-    CKPT_ASSIGN_OR_RETURN(int64_t v, MaxOf(all, k));
-    out[k] = std::max<int64_t>(v, 0);  // -1 (unknown) on every rank reads as 0
+  for (auto [in, as] : {std::pair{"share_rounds", "rounds"}, {"extra", "extra"}, {"state", "state"},
+                        {"largest_shard", "largest_shard"}}) {
+    CKPT_ASSIGN_OR_RETURN(int64_t v, MaxOf(all, in));
+    out[as] = std::max<int64_t>(v, 0);  // -1 (unknown) on every rank reads as 0
   }
   bool reset = true;
   std::string first_bad;
@@ -69,8 +73,8 @@ Result<nlohmann::json> ReduceLoadReports(const std::vector<nlohmann::json>& all)
     reset = reset && a["peak_reset"].get<bool>();
     if (first_bad.empty()) first_bad = a["first_bad"].get<std::string>();
     per_rank.push_back({{"rss_before", a.value("rss_before", int64_t(-1))}, {"peak", a.value("peak", int64_t(-1))},
-                        {"extra", a["extra"]}, {"state", a["state"]}, {"bytes", a["bytes"]},
-                        {"received", a["received"]}});
+                        {"extra", a["extra"]}, {"state", a["state"]}, {"bytes", a["bytes_read"]},
+                        {"received", a["bytes_received"]}});
   }
   out["peak_reset"] = reset;
   out["first_bad"] = first_bad;
@@ -80,8 +84,9 @@ Result<nlohmann::json> ReduceLoadReports(const std::vector<nlohmann::json>& all)
 
 namespace {
 
-double PhaseOf(const nlohmann::json& phases, const char* name) {
-  auto it = phases.find(name);
+// Seconds of `phase` in a SaveStats::phase_seconds JSON object (keyed by PhaseName).
+double PhaseOf(const nlohmann::json& phases, Phase phase) {
+  auto it = phases.find(std::string(PhaseName(phase)));
   return it != phases.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
@@ -94,13 +99,14 @@ Result<nlohmann::json> ReduceSaveReports(const std::vector<nlohmann::json>& all)
   size_t slow = 0, waited = 0;
   for (size_t r = 0; r < all.size(); ++r) {
     const nlohmann::json& a = all[r];
-    if (!a.contains("phases") || !a["phases"].is_object() || !a.contains("bytes") || !a["bytes"].is_number_integer())
+    if (!a.contains("phase_seconds") || !a["phase_seconds"].is_object() || !a.contains("bytes_written") ||
+        !a["bytes_written"].is_number_integer())
       return Status::InvalidArgument("the save report of rank " + std::to_string(r) + " is incomplete");
-    const nlohmann::json& ph = a["phases"];
-    const double wait = PhaseOf(ph, "vote") + PhaseOf(ph, "commit");
-    per_rank.push_back({{"rank", r}, {"bytes", a["bytes"]}, {"plan_s", PhaseOf(ph, "plan")},
-                        {"write_s", PhaseOf(ph, "write")}, {"wait_s", wait}});
-    writes.push_back(PhaseOf(ph, "write"));
+    const nlohmann::json& ph = a["phase_seconds"];
+    const double wait = PhaseOf(ph, Phase::kVote) + PhaseOf(ph, Phase::kCommit);
+    per_rank.push_back({{"rank", r}, {"bytes", a["bytes_written"]}, {"plan_s", PhaseOf(ph, Phase::kPlan)},
+                        {"write_s", PhaseOf(ph, Phase::kWrite)}, {"wait_s", wait}});
+    writes.push_back(PhaseOf(ph, Phase::kWrite));
     if (writes[r] > writes[slow]) slow = r;
     if (wait > per_rank[waited]["wait_s"].get<double>()) waited = r;
   }
@@ -109,7 +115,7 @@ Result<nlohmann::json> ReduceSaveReports(const std::vector<nlohmann::json>& all)
   const size_t n = sorted.size();
   const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
   nlohmann::json straggler = {{"rank", slow},
-                              {"phase", "write"},
+                              {"phase", std::string(PhaseName(Phase::kWrite))},
                               {"seconds", writes[slow]},
                               {"median_seconds", median},
                               {"ratio", median > 0 ? writes[slow] / median : 0.0},

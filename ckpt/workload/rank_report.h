@@ -16,7 +16,7 @@ namespace ckpt::workload {
 
 // Every rank's `mine` (index = rank), on every rank.
 Result<std::vector<nlohmann::json>> AllGatherJson(Comm& comm, const nlohmann::json& mine, Millis timeout,
-                                                  std::string_view phase);
+                                                  Phase phase);
 
 // Sum / max / min of the integer field `key` over the reports (0 / 0 / 0
 // for none); kInvalidArgument naming the rank when one lacks it.
@@ -24,19 +24,20 @@ Result<int64_t> SumOf(const std::vector<nlohmann::json>& all, const std::string&
 Result<int64_t> MaxOf(const std::vector<nlohmann::json>& all, const std::string& key);
 Result<int64_t> MinOf(const std::vector<nlohmann::json>& all, const std::string& key);
 
-// The job-wide figures of a `ckpt load` from every rank's report (keys:
-// bytes, received, rounds, elements, bad, opt_bad, opt_elements, first_bad,
-// files, rss_before, peak, extra, state, largest_shard, peak_reset): sums
-// (bytes, received, elements, bad, opt_bad, opt_elements), maxima
-// (max_rank_bytes, rounds, extra, state, largest_shard), peak_reset of all
+// The job-wide figures of a `ckpt load` from every rank's report (its
+// LoadStatsJson, ckpt/protocol/stats_json.h - bytes_read, bytes_received,
+// share_rounds, elements, zero_filled - plus bad, opt_bad, opt_elements,
+// first_bad, rss_before, peak, extra, state, largest_shard, peak_reset): sums
+// (as bytes, received, elements, zero_filled, bad, opt_bad, opt_elements),
+// maxima (max_rank_bytes, rounds, extra, state, largest_shard), peak_reset of all
 // ranks, the first rank's first_bad that is not empty, and per_rank figures
 // (memory: rss_before, peak, extra, state; reads: bytes read from disk,
 // bytes received from a rank that read them for it).
 // kInvalidArgument naming the rank when a report lacks a key.
 Result<nlohmann::json> ReduceLoadReports(const std::vector<nlohmann::json>& all);
 
-// The job-wide figures of a `ckpt save` from every rank's report (keys:
-// bytes, phases = {phase: seconds} as SaveStats::phase_seconds): per_rank
+// The job-wide figures of a `ckpt save` from every rank's report (its
+// SaveStatsJson: bytes_written, phase_seconds = {phase: seconds}): per_rank
 // [{rank, bytes, plan_s, write_s, wait_s (vote + commit: waiting for the
 // others)}] and the straggler: the rank whose own work (the "write" phase:
 // its shards written and fsynced) took longest, with write_s, the median

@@ -3,7 +3,7 @@
 #include <map>
 #include <set>
 
-#include "ckpt/base/status_wire.h"
+#include "ckpt/base/agree.h"
 #include "ckpt/workload/rank_report.h"
 #include "ckpt/workload/train_keys.h"
 #include "ckpt/workload/train_workload.h"
@@ -57,17 +57,10 @@ std::vector<std::string> MissingState(const Manifest& m, const ShardedStateDict&
   return missing;
 }
 
-Status AgreeOnStatus(Comm* comm, const Status& mine, Millis timeout, std::string_view phase) {
-  if (!comm || comm->size() == 1) return mine;
-  const std::string msg = mine.ok() ? EncodeOutcome("") : EncodeFailure(mine.At(comm->rank(), phase));
-  CKPT_ASSIGN_OR_RETURN(auto all, comm->AllGather(msg, timeout, phase));
-  return DecodeOutcomes(all, phase).status();
-}
-
 Status TrainWorkload::Resume(const std::string& root, int64_t iteration, Comm* comm, const ResumeParts& parts,
                              Millis timeout, LoadStats* stats) {
   auto manifest = ReadManifest(DefaultEnv(), root, iteration);
-  CKPT_RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status(), timeout, "resume-manifest"));
+  CKPT_RETURN_IF_ERROR(AgreeStatus(comm, manifest.status(), Phase::kResumeManifest, timeout));
   const int64_t iter = manifest->iteration;
   ShardedStateDict request = SaveDict(parts);
 
@@ -75,7 +68,7 @@ Status TrainWorkload::Resume(const std::string& root, int64_t iteration, Comm* c
   nlohmann::json mine = MissingState(*manifest, request);
   std::vector<std::string> missing;
   if (comm && comm->size() > 1) {
-    CKPT_ASSIGN_OR_RETURN(auto all, AllGatherJson(*comm, mine, timeout, "resume-check"));
+    CKPT_ASSIGN_OR_RETURN(auto all, AllGatherJson(*comm, mine, timeout, Phase::kResumeCheck));
     std::set<std::string> seen;
     for (size_t r = 0; r < all.size(); ++r) {
       if (!all[r].is_array()) return Status::Internal("rank " + std::to_string(r) + " sent a malformed resume check");
@@ -118,7 +111,7 @@ Status TrainWorkload::ApplyLoaded(const ShardedStateDict& request, int64_t iter,
           break;
         }
   }
-  return AgreeOnStatus(comm, st, timeout, "resume-apply");
+  return AgreeStatus(comm, st, Phase::kResumeApply, timeout);
 }
 
 Status TrainWorkload::ApplyResumeObjects(const ShardedStateDict& loaded, const ResumeParts& parts, int64_t iteration) {

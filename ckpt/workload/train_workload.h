@@ -163,10 +163,4 @@ class TrainWorkload {
 // '<key>' cell <c>", each once, in request order.
 std::vector<std::string> MissingState(const Manifest& m, const ShardedStateDict& request);
 
-// Every rank passes its status; every rank gets OK, or the first failing
-// rank's status prefixed with "rank <r>: " (collective over `comm`, within
-// `timeout`). On the typed wire (status_wire.h): code, origin and phase
-// survive, and a garbled message is kInternal naming its rank.
-Status AgreeOnStatus(Comm* comm, const Status& mine, Millis timeout, std::string_view phase);
-
 }  // namespace ckpt::workload

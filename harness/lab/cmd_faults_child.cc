@@ -24,10 +24,9 @@ using nlohmann::json;
 using namespace ckpt::faults;
 
 // A failed rank: report, then end without MPI_Finalize, which can block on a
-// dead peer, with the exit code main would give `agreed` (ExitCodeOf; null:
-// st itself).
+// dead peer, with the exit code main would give `st` (ExitCodeOf).
 [[noreturn]] void DieChild(const char* phase, int rank, const Status& st, const std::string& result_path,
-                           json result, const Status* agreed = nullptr) {
+                           json result) {
   std::fprintf(stderr, "ckpt faults child %s: rank %d: %s\n", phase, rank, st.ToString().c_str());
   result["ok"] = false;
   AddFailure(&result, st);
@@ -35,7 +34,7 @@ using namespace ckpt::faults;
   WriteEvidence(result_path, result.dump() + "\n");
   std::fflush(stdout);
   std::fflush(stderr);
-  _exit(ExitCodeOf(agreed ? *agreed : st));
+  _exit(ExitCodeOf(st));
 }
 
 Status ChildSave(const FaultChildFlags& f) {
@@ -47,7 +46,7 @@ Status ChildSave(const FaultChildFlags& f) {
   if (!job.ok()) DieChild("save", -1, job.status(), "", json::object());
   GptJob& j = **job;
   Status st = FillForIteration(*j.state, model->vocab_size, f.iteration);
-  if (st.ok()) st = j.comm->Barrier(Millis(f.timeout_ms), "start");
+  if (st.ok()) st = j.comm->Barrier(Millis(f.timeout_ms), Phase::kStart);
   if (!st.ok()) DieChild("save", j.rank(), st, "", json::object());
   if (!f.cases.empty()) {
     st = SaveCases(j, *model, name, f, *plan);
@@ -85,22 +84,19 @@ Status ChildLoad(const FaultChildFlags& f) {
   o.verify_hashes = !f.no_hash_check;
   ShardedStateDict sd = lr->state->StateDict();
   if (lr->comm) {
-    Status st = lr->comm->Barrier(o.timeout, "start");
+    Status st = lr->comm->Barrier(o.timeout, Phase::kStart);
     if (!st.ok()) DieChild("load", rank, st, result_path, result);
   }
   result["t_start_ns"] = MonotonicNs();
   auto r = LoadCheckpoint(sd, o);
-  if (!r.ok()) {
-    const Status agreed = AgreedLoadFailure(lr->comm, r.status(), o.timeout);
-    DieChild("load", rank, r.status(), result_path, result, &agreed);
-  }
+  if (!r.ok()) DieChild("load", rank, r.status(), result_path, result);  // agreed by the loader on every rank
   json mine = LoadVerdict(r, *lr->state, model->vocab_size);
   result.update(mine);
   result["t_end_ns"] = MonotonicNs();
   WriteEvidence(result_path, result.dump() + "\n");
   json merged = mine;
   if (lr->comm) {
-    auto all = workload::AllGatherJson(*lr->comm, mine, o.timeout, "report");
+    auto all = workload::AllGatherJson(*lr->comm, mine, o.timeout, Phase::kReport);
     if (!all.ok()) DieChild("load", rank, all.status(), "", result);
     merged = MergeLoadVerdicts(*all);
   }

@@ -67,7 +67,10 @@ def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=
     files_done, files_total, elapsed, rate, eta, final) at most every 0.5 s
     and once at the end, from a reporter thread (the GIL taken; an exception it raises is
     printed and stops the calls, never the save).
-    Returns this rank's stats."""
+    Returns this rank's stats (the library's one stats JSON, the keys `ckpt save
+    --json` sums): bytes_written, phase_seconds, direct_io, direct_write_bytes,
+    buffered_write_bytes, direct_io_fallback, warning, ... ("direct_bytes" is
+    kept as an alias of direct_write_bytes for one release)."""
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False, op="save")
     return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
                       float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),

@@ -49,10 +49,10 @@ CallbackComm::~CallbackComm() {
 }
 
 Result<std::vector<std::string>> CallbackComm::Gather(const std::string& mine, int root, Millis timeout,
-                                                      std::string_view phase) {
+                                                      Phase phase) {
   pyb::gil_scoped_acquire gil;
   try {
-    pyb::object r = impl_.attr("gather")(pyb::bytes(mine), root, Seconds(timeout), std::string(phase));
+    pyb::object r = impl_.attr("gather")(pyb::bytes(mine), root, Seconds(timeout), std::string(PhaseName(phase)));
     if (rank_ != root) return std::vector<std::string>{};
     auto parts = AsStrings(r);
     if (int(parts.size()) != size_) return Status::Internal("comm gather returned a list of the wrong size");
@@ -63,20 +63,20 @@ Result<std::vector<std::string>> CallbackComm::Gather(const std::string& mine, i
 }
 
 Result<std::string> CallbackComm::Broadcast(const std::string& msg, int root, Millis timeout,
-                                            std::string_view phase) {
+                                            Phase phase) {
   pyb::gil_scoped_acquire gil;
   try {
-    return impl_.attr("broadcast")(pyb::bytes(msg), root, Seconds(timeout), std::string(phase)).cast<std::string>();
+    return impl_.attr("broadcast")(pyb::bytes(msg), root, Seconds(timeout), std::string(PhaseName(phase))).cast<std::string>();
   } catch (pyb::error_already_set& e) {
     return StatusOfPython(e);
   }
 }
 
 Result<std::vector<std::string>> CallbackComm::AllToAll(std::vector<std::string> out, Millis timeout,
-                                                        std::string_view phase) {
+                                                        Phase phase) {
   pyb::gil_scoped_acquire gil;
   try {
-    auto parts = AsStrings(impl_.attr("alltoall")(AsBytesList(out), Seconds(timeout), std::string(phase)));
+    auto parts = AsStrings(impl_.attr("alltoall")(AsBytesList(out), Seconds(timeout), std::string(PhaseName(phase))));
     if (int(parts.size()) != size_) return Status::Internal("comm alltoall returned a list of the wrong size");
     return parts;
   } catch (pyb::error_already_set& e) {

@@ -38,10 +38,10 @@ class CallbackComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
-                                          std::string_view phase) override;
-  Result<std::string> Broadcast(const std::string& msg, int root, Millis timeout, std::string_view phase) override;
+                                          Phase phase) override;
+  Result<std::string> Broadcast(const std::string& msg, int root, Millis timeout, Phase phase) override;
   Result<std::vector<std::string>> AllToAll(std::vector<std::string> out, Millis timeout,
-                                            std::string_view phase) override;
+                                            Phase phase) override;
 
  private:
   pyb::object impl_;

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "ckpt/format/manifest.h"
+#include "ckpt/protocol/stats_json.h"
 
 namespace ckpt::py {
 namespace {
@@ -28,7 +29,7 @@ template <typename S>
 void OriginOf(const S& s, int* rank, std::string* phase) {
   if constexpr (requires { s.origin_rank(); s.phase(); }) {
     *rank = s.origin_rank();
-    *phase = s.phase();
+    *phase = std::string(PhaseName(s.phase()));
   }
 }
 
@@ -86,39 +87,15 @@ ShardedStateDict StateOf(const pyb::list& tensors, const pyb::list& objects, int
   return sd;
 }
 
-pyb::dict ToDict(const SaveStats& s) {
-  pyb::dict d;
-  d["iteration"] = s.iteration;
-  d["bytes_written"] = s.bytes_written;
-  d["file_bytes"] = s.file_bytes;
-  d["shards_written"] = s.shards_written;
-  d["bytes_per_rank"] = s.bytes_per_rank;
-  d["phase_seconds"] = s.phase_seconds;
-  d["seconds"] = s.seconds;
-  d["direct_io"] = s.direct_io.requested;         // asked to write with O_DIRECT
-  d["direct_bytes"] = s.direct_io.direct_bytes;   // written with O_DIRECT
-  d["direct_io_fallback"] = s.direct_io.fallback;  // why not, where the filesystem refused
-  d["warning"] = s.warning.ok() ? pyb::object(pyb::none()) : pyb::object(pyb::str(s.warning.ToString()));
-  return d;
+// The stats dicts are the library's one JSON form of the stats
+// (ckpt/protocol/stats_json.h: the keys the CLI's --json uses too).
+pyb::dict DictOf(const nlohmann::json& j) {
+  return pyb::module_::import("json").attr("loads")(j.dump()).cast<pyb::dict>();
 }
 
-pyb::dict ToDict(const LoadStats& s) {
-  pyb::dict d;
-  d["iteration"] = s.iteration;
-  d["bytes_read"] = s.bytes_read;
-  d["chunks_read"] = s.chunks_read;
-  d["elements"] = s.elements;
-  d["zero_filled"] = s.zero_filled;
-  d["files_touched"] = s.files_touched;
-  d["direct_read_bytes"] = s.direct_read_bytes;
-  d["direct_io_fallback"] = s.direct_io_fallback;
-  d["files_cached"] = s.files_cached;
-  d["seconds"] = s.seconds;
-  d["skipped"] = s.skipped;
-  d["missing_keys"] = s.missing_keys;
-  d["unexpected_keys"] = s.unexpected_keys;
-  return d;
-}
+pyb::dict ToDict(const SaveStats& s) { return DictOf(SaveStatsJson(s)); }
+
+pyb::dict ToDict(const LoadStats& s) { return DictOf(LoadStatsJson(s)); }
 
 pyb::dict ToDict(const AsyncStartStats& s) {
   pyb::dict d;

@@ -51,7 +51,7 @@ void TestGatherBroadcast(MpiComm& comm) {
   const int n = comm.size(), me = comm.rank();
   for (int round = 0; round < 50; ++round) {
     int root = round % n;
-    auto got = comm.Gather(Payload(me, round), root, kLong, "gather");
+    auto got = comm.Gather(Payload(me, round), root, kLong, Phase::kReport);
     CheckOk(got.status(), "gather round " + std::to_string(round));
     if (!got.ok()) return;
     if (me == root) {
@@ -61,7 +61,7 @@ void TestGatherBroadcast(MpiComm& comm) {
     } else {
       Check(got->empty(), "non-root gather result is empty");
     }
-    auto b = comm.Broadcast(me == root ? Payload(1, round) : "ignored", root, kLong, "bcast");
+    auto b = comm.Broadcast(me == root ? Payload(1, round) : "ignored", root, kLong, Phase::kReport);
     CheckOk(b.status(), "broadcast round " + std::to_string(round));
     Check(b.ok() && *b == Payload(1, round), "broadcast content");
   }
@@ -69,13 +69,13 @@ void TestGatherBroadcast(MpiComm& comm) {
 
 void TestAllGatherBarrierSplit(MpiComm& comm) {
   const int n = comm.size(), me = comm.rank();
-  auto all = comm.AllGather(std::to_string(me * me), kLong, "allgather");
+  auto all = comm.AllGather(std::to_string(me * me), kLong, Phase::kReport);
   CheckOk(all.status(), "allgather");
   for (int r = 0; all.ok() && r < n; ++r) Check((*all)[r] == std::to_string(r * r), "allgather[r]");
-  CheckOk(comm.Barrier(kLong, "barrier"), "barrier");
-  auto empty = comm.Broadcast(std::string(), 0, kLong, "empty");
+  CheckOk(comm.Barrier(kLong, Phase::kReport), "barrier");
+  auto empty = comm.Broadcast(std::string(), 0, kLong, Phase::kReport);
   Check(empty.ok() && empty->empty(), "empty broadcast");
-  Check(comm.Gather("x", n, kLong, "bad-root").status().code() == Code::kInvalidArgument,
+  Check(comm.Gather("x", n, kLong, Phase::kReport).status().code() == Code::kInvalidArgument,
         "bad root is InvalidArgument");
 
   // DP groups of tp=2 x dp=n/2 as sub-communicators (color = first member).
@@ -89,16 +89,16 @@ void TestAllGatherBarrierSplit(MpiComm& comm) {
   Check((*sub)->size() == int(members->size()), "split size");
   for (int r = 0; r < (*sub)->size(); ++r) Check((*sub)->host(r) == ThisHostName(), "split host of every rank");
   for (int r = 0; r < n; ++r) Check(comm.host(r) == ThisHostName(), "host of every rank");
-  auto sub_all = (*sub)->AllGather(std::to_string(me), kLong, "dp-allgather");
+  auto sub_all = (*sub)->AllGather(std::to_string(me), kLong, Phase::kDpSum);
   CheckOk(sub_all.status(), "sub allgather");
   for (size_t i = 0; sub_all.ok() && i < members->size(); ++i)
     Check((*sub_all)[i] == std::to_string((*members)[i]), "sub allgather member order");
-  CheckOk(comm.Barrier(kLong, "after-split"), "barrier after split");
+  CheckOk(comm.Barrier(kLong, Phase::kReport), "barrier after split");
 }
 
 // Expects `st` to be the Timeout naming `missing` in `phase`, raised within [T, T + 1 s].
 void CheckTimeout(const Status& st, Clock::time_point start, Millis t, int missing,
-                  const std::string& phase, const std::string& what = "no answer from") {
+                  Phase phase, const std::string& what = "no answer from") {
   auto elapsed = std::chrono::duration_cast<Millis>(Clock::now() - start);
   std::printf("rank %d: %s after %lld ms\n", g_rank, st.ToString().c_str(),
               static_cast<long long>(elapsed.count()));
@@ -106,12 +106,12 @@ void CheckTimeout(const Status& st, Clock::time_point start, Millis t, int missi
   const std::string host = ThisHostName();
   std::string want = "rank " + std::to_string(g_rank) + ": " + what + " rank(s) " +
                      std::to_string(missing) + " within " + std::to_string(t.count()) +
-                     " ms in phase '" + phase + "' (rank " + std::to_string(missing) + " on host '" + host + "')";
+                     " ms in phase '" + std::string(PhaseName(phase)) + "' (rank " + std::to_string(missing) + " on host '" + host + "')";
   Check(st.message() == want, "message '" + st.message() + "' != '" + want + "'");
   // The lost peer is recorded typed too: rank, the host gathered at Create, phase.
   Check(st.missing().ranks == std::vector<int>{missing}, "typed missing ranks");
   Check(st.missing().hosts == std::vector<std::string>{host} && !host.empty(), "typed missing host");
-  Check(st.missing().phase == phase, "typed missing phase '" + st.missing().phase + "'");
+  Check(st.missing().phase == phase, "typed missing phase '" + std::string(PhaseName(st.missing().phase)) + "'");
   Check(elapsed >= t && elapsed <= t + Millis(1000),
         "timed out after " + std::to_string(elapsed.count()) + " ms, deadline " +
             std::to_string(t.count()) + " ms");
@@ -121,26 +121,26 @@ void TestTimeoutGather(MpiComm& comm, int sleeper, Millis t) {
   const int me = comm.rank();
   if (me == sleeper) std::this_thread::sleep_for(t + Millis(1500));
   auto start = Clock::now();
-  auto got = comm.Gather("vote-" + std::to_string(me), 0, t, "vote");
+  auto got = comm.Gather("vote-" + std::to_string(me), 0, t, Phase::kVote);
   if (me == 0)
-    CheckTimeout(got.status(), start, t, sleeper, "vote");
+    CheckTimeout(got.status(), start, t, sleeper, Phase::kVote);
   else
     CheckOk(got.status(), "non-root vote send");
   // The root reports the failure; everyone (the sleeper too, late) hears it.
-  auto decision = comm.Broadcast(me == 0 ? "abort" : "", 0, kLong, "decision");
+  auto decision = comm.Broadcast(me == 0 ? "abort" : "", 0, kLong, Phase::kCommit);
   Check(decision.ok() && *decision == "abort",
         "decision broadcast: " + decision.status().ToString());
-  CheckOk(comm.Barrier(kLong, "resync"), "barrier after timeout");
+  CheckOk(comm.Barrier(kLong, Phase::kStart), "barrier after timeout");
 }
 
 void TestTimeoutBroadcast(MpiComm& comm, Millis t) {
   const int me = comm.rank();
   if (me == 0) std::this_thread::sleep_for(t + Millis(1500));
   auto start = Clock::now();
-  auto got = comm.Broadcast(me == 0 ? "late" : "", 0, t, "commit");
-  if (me != 0) CheckTimeout(got.status(), start, t, 0, "commit");
+  auto got = comm.Broadcast(me == 0 ? "late" : "", 0, t, Phase::kCommit);
+  if (me != 0) CheckTimeout(got.status(), start, t, 0, Phase::kCommit);
   // The late message has an old tag: the next call must not pick it up.
-  auto all = comm.AllGather(std::to_string(me), kLong, "resync");
+  auto all = comm.AllGather(std::to_string(me), kLong, Phase::kStart);
   CheckOk(all.status(), "allgather after timeout");
   for (int r = 0; all.ok() && r < comm.size(); ++r) Check((*all)[r] == std::to_string(r), "resync");
 }
@@ -149,16 +149,16 @@ void TestTimeoutSend(MpiComm& comm, Millis t) {
   const int me = comm.rank();
   if (me == 0) std::this_thread::sleep_for(t + Millis(1500));
   auto start = Clock::now();
-  auto got = comm.Gather(Payload(me, 0), 0, t, "big-vote");
+  auto got = comm.Gather(Payload(me, 0), 0, t, Phase::kVote);
   if (me == 1) {
-    CheckTimeout(got.status(), start, t, 0, "big-vote", "message not taken by");
+    CheckTimeout(got.status(), start, t, 0, Phase::kVote, "message not taken by");
   } else {
     CheckOk(got.status(), "big-vote");
   }
   if (me == 0 && got.ok())
     for (int r = 0; r < comm.size(); ++r)
       Check((*got)[r] == Payload(r, 0), "late root got rank " + std::to_string(r) + " intact");
-  CheckOk(comm.Barrier(kLong, "resync"), "barrier after send timeout");
+  CheckOk(comm.Barrier(kLong, Phase::kStart), "barrier after send timeout");
 }
 
 int Run(int argc, char** argv) {

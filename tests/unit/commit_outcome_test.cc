@@ -53,7 +53,7 @@ TEST(GatherDecideTest, RootTimeoutReachesEverySurvivorNamingTheMissingRank) {
   const auto t0 = Clock::now();
   auto st = OnRanks(4, [&](int r, Comm* c) -> Status {
     if (r == 2) return Status::Ok();
-    return c->AllGather("x", t, "vote").status();
+    return c->AllGather("x", t, Phase::kVote).status();
   });
   EXPECT_LT(Since(t0), 0.3 + 0.5);
   for (int r : {0, 1, 3}) {
@@ -69,7 +69,7 @@ TEST(GatherDecideTest, DeadRootIsNamedWithinTheDecisionTimeout) {
   const auto t0 = Clock::now();
   auto st = OnRanks(3, [&](int r, Comm* c) -> Status {
     if (r == 0) return Status::Ok();
-    return c->AllGather("x", t, "load").status();
+    return c->AllGather("x", t, Phase::kLoad).status();
   });
   const double secs = Since(t0);
   const double wait = double(DecisionTimeout(t).count()) / 1000;  // 0.25 s

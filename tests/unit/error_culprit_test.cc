@@ -153,13 +153,13 @@ class BeginFails final : public Comm {
  public:
   int rank() const override { return 0; }
   int size() const override { return 2; }
-  Result<std::vector<std::string>> Gather(const std::string&, int, Millis, std::string_view phase) override {
-    return Status::Timeout("rank 0: no answer from rank(s) 1 in phase '" + std::string(phase) + "'");
+  Result<std::vector<std::string>> Gather(const std::string&, int, Millis, Phase phase) override {
+    return Status::Timeout("rank 0: no answer from rank(s) 1 in phase '" + std::string(PhaseName(phase)) + "'");
   }
-  Result<std::string> Broadcast(const std::string&, int, Millis, std::string_view phase) override {
-    return Status::Timeout("rank 0: message not taken by rank(s) 1 in phase '" + std::string(phase) + "'");
+  Result<std::string> Broadcast(const std::string&, int, Millis, Phase phase) override {
+    return Status::Timeout("rank 0: message not taken by rank(s) 1 in phase '" + std::string(PhaseName(phase)) + "'");
   }
-  Result<std::vector<std::string>> AllToAll(std::vector<std::string>, Millis, std::string_view) override {
+  Result<std::vector<std::string>> AllToAll(std::vector<std::string>, Millis, Phase) override {
     return Status::Internal("unused");
   }
 };

@@ -8,8 +8,8 @@ namespace ckpt::workload {
 namespace {
 
 nlohmann::json Report(int64_t bytes, int64_t received) {
-  return {{"bytes", bytes}, {"received", received}, {"rounds", 1},  {"elements", 10}, {"bad", 0},
-          {"opt_bad", 0},   {"opt_elements", 0},    {"first_bad", ""}, {"files", 1},  {"rss_before", 100},
+  return {{"bytes_read", bytes}, {"bytes_received", received}, {"share_rounds", 1}, {"elements", 10},
+          {"zero_filled", 0}, {"bad", 0}, {"opt_bad", 0}, {"opt_elements", 0}, {"first_bad", ""}, {"rss_before", 100},
           {"peak", 200},    {"extra", 100},         {"state", 50},   {"largest_shard", 25}, {"peak_reset", true}};
 }
 
@@ -27,14 +27,15 @@ TEST(RankReport, LoadReportsKeepEachRanksReadAndReceivedBytes) {
 
 TEST(RankReport, AReportWithoutReadBytesNamesTheRank) {
   auto bad = Report(1, 1);
-  bad.erase("received");
+  bad.erase("bytes_received");
   auto r = ReduceLoadReports({Report(1, 1), bad});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("rank 1"), std::string::npos) << r.status().ToString();
 }
 
 nlohmann::json SaveReport(double write, double vote, double commit) {
-  return {{"bytes", 1000}, {"phases", {{"plan", 0.01}, {"write", write}, {"vote", vote}, {"commit", commit}}}};
+  return {{"bytes_written", 1000},
+          {"phase_seconds", {{"plan", 0.01}, {"write", write}, {"vote", vote}, {"commit", commit}}}};
 }
 
 // Rank 2 writes slowly: rank 0 waits for its vote, ranks 1 and 3 for the
@@ -53,7 +54,7 @@ TEST(RankReport, SaveReportsNameTheSlowWriterNotTheRankThatWaited) {
   EXPECT_NE(s["longest_wait_rank"], 2);
   ASSERT_EQ((*r)["per_rank"].size(), 4u);
   EXPECT_DOUBLE_EQ((*r)["per_rank"][0]["wait_s"].get<double>(), 2.01);
-  EXPECT_FALSE(ReduceSaveReports({SaveReport(1, 0, 0), {{"bytes", 1}}}).ok());
+  EXPECT_FALSE(ReduceSaveReports({SaveReport(1, 0, 0), {{"bytes_written", 1}}}).ok());
 }
 
 TEST(RankReport, RestoreReportsTakeTheSlowestRankAndCountThePeerFetches) {

@@ -361,44 +361,6 @@ TEST_F(ResumeTest, NonFiniteStateIsNotCommitted) {
   EXPECT_EQ(*ReadTracker(DefaultEnv(), root_), 2);
 }
 
-// Resume's agreement between ranks is on the typed status wire: the code and
-// origin survive, and a garbled peer message is kInternal naming the rank on
-// every rank (the old "<code>:<msg>" decoding threw from std::stoi).
-TEST(AgreeOnStatusTest, TypedAndGarbleProof) {
-  auto comms = MakeThreadComms(3);
-  std::vector<Status> got(3);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < 3; ++r)
-    ts.emplace_back([&, r] {
-      const Status mine = r == 2 ? Status::Corruption("bad progress") : Status::Ok();
-      got[r] = AgreeOnStatus(comms[r].get(), mine, Millis(5000), "resume-apply");
-    });
-  for (auto& t : ts) t.join();
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(got[r].code(), Code::kCorruption) << got[r].ToString();
-    EXPECT_EQ(got[r].message(), "rank 2: bad progress");
-    EXPECT_EQ(got[r].origin_rank(), 2);
-    EXPECT_EQ(got[r].phase(), "resume-apply");
-  }
-  ts.clear();
-  for (int r = 0; r < 2; ++r)
-    ts.emplace_back([&, r] {
-      try {
-        if (r == 1) {  // a garbled peer
-          got[r] = comms[r]->AllGather("x:garbled", Millis(5000), "resume-apply").status();
-        } else {
-          got[r] = AgreeOnStatus(comms[r].get(), Status::Ok(), Millis(5000), "resume-apply");
-        }
-      } catch (const std::exception& e) {
-        got[r] = Status::Aborted(std::string("threw: ") + e.what());
-      }
-    });
-  comms[2]->AllGather(EncodeOutcome(""), Millis(5000), "resume-apply").status().IgnoreError();
-  for (auto& t : ts) t.join();
-  EXPECT_EQ(got[0].code(), Code::kInternal) << got[0].ToString();
-  EXPECT_EQ(got[0].message().rfind("rank 1: malformed outcome", 0), 0u) << got[0].ToString();
-}
-
 // CommCollectives waits the job's timeout, not a fixed 10 minutes: a peer that
 // comes 1.5 s late is a Timeout after 0.3 s.
 TEST(CommCollectivesTest, ReductionsUseTheJobsTimeout) {
