@@ -33,11 +33,11 @@ double MemcpySeconds(const pyb::list& tensors, int reps) {
 }
 
 Status OneCall(Comm* c, const std::string& op, const std::string& msg, Millis t) {
-  if (op == "gather") return c->Gather(msg, 0, t, "bench").status();
-  if (op == "broadcast") return c->Broadcast(msg, 0, t, "bench").status();
-  if (op == "allgather") return c->AllGather(msg, t, "bench").status();
-  if (op == "barrier") return c->Barrier(t, "bench");
-  if (op == "alltoall") return c->AllToAll(std::vector<std::string>(size_t(c->size()), msg), t, "bench").status();
+  if (op == "gather") return c->Gather(msg, 0, t, Phase::kBench).status();
+  if (op == "broadcast") return c->Broadcast(msg, 0, t, Phase::kBench).status();
+  if (op == "allgather") return c->AllGather(msg, t, Phase::kBench).status();
+  if (op == "barrier") return c->Barrier(t, Phase::kBench);
+  if (op == "alltoall") return c->AllToAll(std::vector<std::string>(size_t(c->size()), msg), t, Phase::kBench).status();
   return Status::InvalidArgument("unknown collective '" + op + "'");
 }
 
@@ -48,7 +48,7 @@ double CommBench(const std::shared_ptr<CommHandle>& h, const std::string& op, in
   const std::string msg(size_t(bytes), 'x');
   const Millis t = Value(CheckTimeoutSeconds(timeout_s, "timeout"), -1, "comm_bench");
   pyb::gil_scoped_release nogil;
-  Check(c->Barrier(t, "bench-start"), c->rank(), "comm_bench");
+  Check(c->Barrier(t, Phase::kBench), c->rank(), "comm_bench");
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) Check(OneCall(c, op, msg, t), c->rank(), "comm_bench");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / std::max(reps, 1);
