@@ -26,33 +26,28 @@ Status CheckNotOlder(Storage* storage, int64_t iteration) {
 
 Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root) {
   StorageOptions opts;
-  opts.env = env;
-  CKPT_ASSIGN_OR_RETURN(auto storage, OpenStorage(root, opts));
-  // The protocol still joins paths onto `root` and does its file IO through
-  // `env`: a root whose Env path differs (file://, mem://, s3://) would put
-  // files elsewhere than its backend looks, so it is refused until the
-  // callers take root() and env() from the Storage (DESIGN.md "Storage").
-  if (storage->root() != root || (env && storage->env() != env))
-    return Status::InvalidArgument("root '" + root + "': " + UrlScheme(root) +
-                                   ":// roots do not reach save/load yet; pass a plain path");
-  return storage;
-}
-
-Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& root) {
-  StorageOptions opts;
-  if (UrlScheme(root) == "file") opts.env = env;  // a URL root lists through its backend's own Env
+  // A URL root of another scheme does its IO through its backend's own Env:
+  // the caller's (a POSIX Env, maybe decorated) would not find its paths.
+  if (UrlScheme(root) == "file") opts.env = env;
   return OpenStorage(root, opts);
 }
 
-Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,
-                                                   const StepHook& hook, bool allow_older) {
+Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& root) { return OpenRoot(env, root); }
+
+Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Storage* storage, int64_t iteration, const StepHook& hook,
+                                                   bool allow_older) {
   CKPT_RETURN_IF_ERROR(RunHook(hook, "begin", 0));
   if (iteration < 0 || iteration > kMaxIteration)
     return Status::InvalidArgument("iteration " + std::to_string(iteration) + " is out of range [0, " +
                                    std::to_string(kMaxIteration) + "]");
+  return storage->Stage(iteration,
+                        [&]() { return allow_older ? Status::Ok() : CheckNotOlder(storage, iteration); });
+}
+
+Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,
+                                                   const StepHook& hook, bool allow_older) {
   CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
-  Storage* s = storage.get();
-  return s->Stage(iteration, [&]() { return allow_older ? Status::Ok() : CheckNotOlder(s, iteration); });
+  return PrepareSaveDir(storage.get(), iteration, hook, allow_older);  // a StagedSave outlives its Storage
 }
 
 Result<Manifest> WriteRankFile(Env* env, const std::string& tmp_dir, int rank,
@@ -124,9 +119,13 @@ Status PublishCheckpoint(StagedSave* staged, const Manifest& m, const StepHook& 
   return staged->Publish(SerializeManifest(m), hook, published);
 }
 
+Status UpdateTracker(Storage* storage, int64_t iteration, const StepHook& hook) {
+  return storage->WriteTracker(iteration, hook);
+}
+
 Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook) {
   CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
-  return storage->WriteTracker(iteration, hook);
+  return UpdateTracker(storage.get(), iteration, hook);
 }
 
 }  // namespace ckpt

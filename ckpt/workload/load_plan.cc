@@ -18,7 +18,7 @@ using nlohmann::json;
 
 Result<SavedModel> ReadSavedModel(const std::string& root, int64_t iteration) {
   SavedModel s;
-  CKPT_ASSIGN_OR_RETURN(s.manifest, ReadManifest(DefaultEnv(), root, iteration));
+  CKPT_ASSIGN_OR_RETURN(s.manifest, ReadManifest(nullptr, root, iteration));
   if (!s.manifest.metadata.contains("gpt"))
     return Status::InvalidArgument("checkpoint under '" + root +
                                    "' records no GPT config in its metadata: the layout rules of its tensors are unknown; "

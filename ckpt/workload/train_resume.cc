@@ -66,7 +66,7 @@ Status AgreeOnStatus(Comm* comm, const Status& mine, Millis timeout, std::string
 
 Status TrainWorkload::Resume(const std::string& root, int64_t iteration, Comm* comm, const ResumeParts& parts,
                              Millis timeout, LoadStats* stats) {
-  auto manifest = ReadManifest(DefaultEnv(), root, iteration);
+  auto manifest = ReadManifest(nullptr, root, iteration);
   CKPT_RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status(), timeout, "resume-manifest"));
   const int64_t iter = manifest->iteration;
   ShardedStateDict request = SaveDict(parts);
