@@ -29,7 +29,12 @@ Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root) {
   // A URL root of another scheme does its IO through its backend's own Env:
   // the caller's (a POSIX Env, maybe decorated) would not find its paths.
   if (UrlScheme(root) == "file") opts.env = env;
-  return OpenStorage(root, opts);
+  Result<std::unique_ptr<Storage>> opened = OpenStorage(root, opts);
+  // A backend's own error (an endpoint that does not answer, refused
+  // credentials) names its request; the caller's message names the root.
+  if (!opened.ok() && opened.status().message().find(root) == std::string::npos)
+    return opened.status().WithContext("opening checkpoint root '" + root + "'");
+  return opened;
 }
 
 Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& root) { return OpenRoot(env, root); }
