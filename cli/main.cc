@@ -17,6 +17,7 @@
 #include "ckpt/base/timeout.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/storage/s3/s3_storage.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/suggest.h"
@@ -104,6 +105,12 @@ int CliMain(int argc, char** argv, const Program& program) {
   ckpt::Status outcome;  // the command's (printed by the command itself)
   std::string why;
   try {
+    // Backends are made at this edge: --root and the other roots take
+    // s3://bucket/prefix URLs (ckpt/storage/storage.h) besides plain paths.
+    if (ckpt::Status st = ckpt::s3::RegisterS3Scheme(); !st.ok()) {
+      std::fprintf(stderr, "ckpt: %s\n", st.ToString().c_str());
+      return ExitCodeOf(st);
+    }
     program.register_commands(app, &outcome);
     app.parse(argc, argv);
     const int exit_code = ExitCodeOf(outcome);

@@ -4,15 +4,18 @@
 #include <cstring>
 
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/commit.h"
 
 namespace ckpt::convert {
 
 Result<std::unique_ptr<CheckpointRows>> CheckpointRows::Open(Env* env, const std::string& root, int64_t iteration,
                                                              bool verify_hashes) {
   std::unique_ptr<CheckpointRows> r(new CheckpointRows());
-  CKPT_ASSIGN_OR_RETURN(r->manifest_, ReadManifest(env, root, iteration));
+  CKPT_ASSIGN_OR_RETURN(r->storage_, OpenRoot(env, root));  // any URL: read through its backend
+  Storage* storage = r->storage_.get();
+  CKPT_ASSIGN_OR_RETURN(r->manifest_, ReadManifest(storage, iteration));
   const Manifest& m = r->manifest_;
-  r->reader_ = std::make_unique<ChunkReader>(env, JoinPath(root, IterDirName(m.iteration)), &m, verify_hashes);
+  r->reader_ = std::make_unique<ChunkReader>(storage->env(), IterationDir(storage, m.iteration), &m, verify_hashes);
   for (int i = 0; i < int(m.shards.size()); ++i) {
     const ManifestShard& s = m.shards[size_t(i)];
     KeyShards& ks = r->keys_[s.meta.key];

@@ -24,6 +24,7 @@
 #include "ckpt/base/env.h"
 #include "ckpt/format/chunk_reader.h"
 #include "ckpt/format/manifest.h"
+#include "ckpt/storage/storage.h"
 #include "reshard/geometry/read_plan.h"
 
 namespace ckpt::convert {
@@ -55,6 +56,7 @@ class CheckpointRows {
   CheckpointRows() = default;
   Result<std::span<const std::byte>> Chunk(const std::string& key, KeyShards& ks, int s, int64_t chunk);
 
+  std::unique_ptr<Storage> storage_;  // the root (a plain path or a URL); outlives reader_
   Manifest manifest_;
   std::unique_ptr<ChunkReader> reader_;
   std::map<std::string, KeyShards> keys_;

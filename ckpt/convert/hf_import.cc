@@ -167,8 +167,9 @@ Result<ConvertStats> ImportHfLlama(const HfImportOptions& o) {
   ConvertStats stats;
   stats.tensors = int64_t(links.size());
   stats.model_bytes = int64_t(dir->total_bytes());
-  CreatedDirs made(env);  // a failed import leaves no root it created
-  CKPT_RETURN_IF_ERROR(made.Create(o.root));
+  CKPT_ASSIGN_OR_RETURN(auto to, OpenRoot(env, o.root));  // any URL: written through its backend
+  CreatedDirs made(to->env());  // a failed import leaves no root it created
+  if (UrlScheme(o.root) == "file") CKPT_RETURN_IF_ERROR(made.Create(to->root()));  // object stores: no dirs
   std::unique_ptr<StagedSave> staged;  // the tmp dir and its lease, held until the commit or the abandon
   std::string tmp;
   auto abandon = [&](const Status& st) {
@@ -177,13 +178,13 @@ Result<ConvertStats> ImportHfLlama(const HfImportOptions& o) {
     made.RemoveIfEmpty();
     return st;
   };
-  auto prepared = PrepareSaveDir(env, o.root, o.iteration, nullptr, /*allow_older=*/true);  // explicit iteration
+  auto prepared = PrepareSaveDir(to.get(), o.iteration, nullptr, /*allow_older=*/true);  // explicit iteration
   if (!prepared.ok()) return abandon(prepared.status());
   staged = std::move(prepared).value();
   tmp = staged->dir();
   std::vector<Manifest> parts;
   for (int r = 0; r < o.layout.world_size(); ++r) {
-    auto part = WriteRank(o, env, tmp, r, m.gpt, by_key, *dir, &stats);
+    auto part = WriteRank(o, to->env(), tmp, r, m.gpt, by_key, *dir, &stats);
     if (!part.ok()) return abandon(part.status());
     stats.files += int(part->files.size());
     parts.push_back(std::move(part).value());
@@ -193,7 +194,7 @@ Result<ConvertStats> ImportHfLlama(const HfImportOptions& o) {
   bool published = false;
   Status st = PublishCheckpoint(staged.get(), *merged, nullptr, &published);
   if (!st.ok()) return published ? st : abandon(st);
-  CKPT_RETURN_IF_ERROR(UpdateTracker(env, o.root, o.iteration, nullptr));
+  CKPT_RETURN_IF_ERROR(UpdateTracker(to.get(), o.iteration, nullptr));
   stats.bytes_read = dir->bytes_read();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;

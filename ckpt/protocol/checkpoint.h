@@ -70,9 +70,17 @@ enum class NonFinitePolicy { kAllow, kWarn, kRefuse };
 // rank with origin phase Phase::kNonFiniteGuard (Status::phase(); typed, not text).
 
 struct SaveOptions {
+  // The checkpoint root: a plain path or a URL (file://, s3://bucket/prefix,
+  // mem://name; OpenRoot in commit.h). Unused when `storage` is set.
   std::string root;
   int64_t iteration = 0;
-  Env* env = nullptr;    // nullptr: DefaultEnv()
+  Env* env = nullptr;    // a plain path's IO (nullptr: DefaultEnv()); a URL root uses its backend's
+  // An opened root (e.g. a decorated backend in a test, or the non-atomic
+  // in-place commit of the M115 negative control, faults/inplace_storage.h):
+  // the save stages, writes and publishes through it (its env() at its
+  // root()); root and env are then unused. Must outlive the call. nullptr:
+  // root is opened here.
+  Storage* storage = nullptr;
   Comm* comm = nullptr;  // nullptr: single process
   ShardWriteOptions write;
   Millis timeout{60000};  // per collective
@@ -85,11 +93,6 @@ struct SaveOptions {
   // would still pick the newer, probably older-run, iteration.
   bool allow_older = false;
   StepHook hook;
-  // The root's backend, when a test replaces it (faults/inplace_storage.h:
-  // the non-atomic in-place commit of the M115 negative control); it must be
-  // over `root` with IO through `env`. Used by rank 0 for staging, publish and
-  // the tracker. nullptr: the backend of root's scheme (OpenStorage).
-  Storage* storage = nullptr;
 };
 
 struct SaveStats {
@@ -126,9 +129,10 @@ std::string_view StrictModeName(StrictMode mode);  // "none", "unexpected", "mis
 Result<StrictMode> ParseStrictMode(std::string_view name);
 
 struct LoadOptions {
-  std::string root;
+  std::string root;        // a plain path or a URL, as SaveOptions::root
   int64_t iteration = -1;  // -1: the tracker's
-  Env* env = nullptr;
+  Env* env = nullptr;      // as SaveOptions::env
+  Storage* storage = nullptr;  // an opened root, as SaveOptions::storage (root and env unused)
   Comm* comm = nullptr;    // when set, ranks agree on success (phase "load")
   Millis timeout{60000};
   bool verify_hashes = true;
@@ -219,5 +223,19 @@ std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m);
 // every field (ParseManifest) and coverage (ValidateManifest), so loads check
 // coverage as verify does.
 Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iteration);
+
+// In the (Env*, root) forms a null env means the root's backend's own Env
+// (a path: DefaultEnv(), made in the storage registry).
+// The functions above on an opened root (OpenRoot, commit.h): the same
+// contracts, IO through storage->env() at storage->root(), messages naming
+// storage->url(). The (Env*, root) forms open `root` (any URL) and call these.
+std::string RootHint(Storage* storage);
+Result<int64_t> ReadTracker(Storage* storage);
+Result<int64_t> LatestIteration(Storage* storage);
+Result<std::vector<int64_t>> ListIterations(Storage* storage);
+bool IterationPresent(Storage* storage, int64_t iteration);
+Result<Manifest> ReadManifest(Storage* storage, int64_t iteration);
+// The iteration directory of an opened root (an Env path of storage->env()).
+std::string IterationDir(Storage* storage, int64_t iteration);
 
 }  // namespace ckpt

@@ -39,23 +39,17 @@ Result<std::unique_ptr<StagedSave>> StageSave(Storage* s, int64_t iteration, boo
 
 Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root) {
   StorageOptions opts;
-  opts.env = env;
-  CKPT_ASSIGN_OR_RETURN(auto storage, OpenStorage(root, opts));
-  // The protocol still joins paths onto `root` and does its file IO through
-  // `env`: a root whose Env path differs (file://, mem://, s3://) would put
-  // files elsewhere than its backend looks, so it is refused until the
-  // callers take root() and env() from the Storage (DESIGN.md "Storage").
-  if (storage->root() != root || (env && storage->env() != env))
-    return Status::InvalidArgument("root '" + root + "': " + UrlScheme(root) +
-                                   ":// roots do not reach save/load yet; pass a plain path");
-  return storage;
+  // A URL root of another scheme does its IO through its backend's own Env:
+  // the caller's (a POSIX Env, maybe decorated) would not find its paths.
+  if (UrlScheme(root) == "file") opts.env = env;
+  Result<std::unique_ptr<Storage>> opened = OpenStorage(root, opts);
+  // A backend's own error (an endpoint that does not answer, refused
+  // credentials) names its request; the caller's message names the root.
+  if (!opened.ok()) return opened.status().WithContext("opening checkpoint root '" + root + "'");
+  return opened;
 }
 
-Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& root) {
-  StorageOptions opts;
-  if (UrlScheme(root) == "file") opts.env = env;  // a URL root lists through its backend's own Env
-  return OpenStorage(root, opts);
-}
+Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& root) { return OpenRoot(env, root); }
 
 Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,
                                                    const StepHook& hook, bool allow_older) {
@@ -146,6 +140,11 @@ Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const
 
 Status UpdateTracker(Storage* storage, int64_t iteration, const StepHook& hook) {
   return storage->WriteTracker(iteration, hook);
+}
+
+Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook) {
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  return UpdateTracker(storage.get(), iteration, hook);
 }
 
 }  // namespace ckpt

@@ -21,15 +21,16 @@
 
 namespace ckpt {
 
-// The Storage of `root` (OpenStorage(root) doing its IO through env; nullptr:
-// the backend's own). kInvalidArgument for a URL root whose backend uses
-// other paths or another Env than the protocol would (file://, mem://):
-// refused until the protocol takes root() and env() from the Storage.
+// Opens the checkpoint root `root` (a plain path or any registered URL:
+// file://, mem://, s3://...) for the protocol. A plain path or file:// root
+// does its IO through `env` (nullptr: DefaultEnv()); a root of another scheme
+// through its backend's own Env (env is not used: the backend decides where
+// its paths lead). Callers then read and write through the Storage's env() at
+// JoinPath(root(), ...), never at paths joined onto the URL they were given.
+// kInvalidArgument for an unknown scheme or a malformed URL; a backend's open
+// error (an unreachable endpoint, bad credentials) names the URL.
 Result<std::unique_ptr<Storage>> OpenRoot(Env* env, const std::string& root);
-// Opens `root` for the tracker and the listing only (they go through the
-// Storage alone, never through the protocol's paths), so any registered
-// scheme works: a plain path or file:// root with IO through `env`, another
-// URL (s3://, mem://) through its backend's own Env.
+// The same (kept for callers that only list or read the tracker).
 Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& root);
 
 // Runs "begin", checks the iteration's range, stages the save
@@ -40,6 +41,9 @@ Result<std::unique_ptr<Storage>> OpenRootToList(Env* env, const std::string& roo
 // (kFailedPrecondition saying why). The StagedSave holds the lease: keep it
 // until the save ends; its dir() (POSIX "<root>/.iter_N.tmp-<host>-<pid>-<hex>")
 // takes the rank files.
+Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Storage* storage, int64_t iteration, const StepHook& hook,
+                                                   bool allow_older = false);
+// The same on OpenRoot(env, root).
 Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,
                                                    const StepHook& hook, bool allow_older = false);
 // The same on an open Storage (SaveOptions::storage: a backend a test chose).
@@ -75,8 +79,7 @@ Status PublishCheckpoint(StagedSave* staged, const Manifest& m, const StepHook& 
 // (Storage::WriteTracker; POSIX: tmp, fsync, rename, fsync root). Its
 // failure does not undo the commit: the tracker then lags, and
 // LatestIteration (checkpoint.h) still finds the iteration.
-Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook);
-// The same on an open Storage.
 Status UpdateTracker(Storage* storage, int64_t iteration, const StepHook& hook);
+Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook);
 
 }  // namespace ckpt

@@ -1,6 +1,7 @@
 // Layout-invariant fingerprint and diff (see fingerprint.h): tensors are read
 // in blocks of global rows through planned reads with a per-shard chunk cache.
 #include "ckpt/protocol/fingerprint.h"
+#include "ckpt/protocol/commit.h"
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 // One committed checkpoint opened for reading; stable in memory (the reader points at the manifest).
 struct Source {
+  std::unique_ptr<Storage> owned;  // the root when opened here; outlives the reader
   Manifest manifest;
   std::unique_ptr<ChunkReader> reader;
   std::map<std::string, std::vector<int>> shards_by_key;  // manifest shard indices
@@ -32,16 +34,20 @@ struct Source {
 };
 
 Result<std::unique_ptr<Source>> Open(const std::string& root, const FingerprintOptions& o) {
-  Env* env = o.env ? o.env : DefaultEnv();
   auto src = std::make_unique<Source>();
-  CKPT_ASSIGN_OR_RETURN(src->manifest, ReadManifest(env, root, o.iteration));
+  Storage* storage = o.storage;
+  if (!storage) {
+    CKPT_ASSIGN_OR_RETURN(src->owned, OpenRoot(o.env, root));  // any URL
+    storage = src->owned.get();
+  }
+  CKPT_ASSIGN_OR_RETURN(src->manifest, ReadManifest(storage, o.iteration));
   const Manifest& m = src->manifest;
-  src->reader = std::make_unique<ChunkReader>(env, JoinPath(root, IterDirName(m.iteration)), &m, o.verify_hashes);
+  src->reader = std::make_unique<ChunkReader>(storage->env(), IterationDir(storage, m.iteration), &m, o.verify_hashes);
   for (int i = 0; i < int(m.shards.size()); ++i) src->shards_by_key[m.shards[i].meta.key].push_back(i);
   for (int i = 0; i < int(m.objects.size()); ++i) src->objects_by_key[m.objects[i].meta.key].push_back(i);
   auto model = reshard::ModelOf(m.metadata);
   if (!model.ok())
-    return Status(model.status().code(), root + " iteration " + std::to_string(m.iteration) +
+    return Status(model.status().code(), storage->url() + " iteration " + std::to_string(m.iteration) +
                                              ": fingerprint: " + model.status().message());
   src->model = std::move(*model);
   return src;

@@ -42,12 +42,14 @@
 #include "ckpt/base/env.h"
 #include "ckpt/base/sharded_tensor.h"
 #include "ckpt/base/status.h"
+#include "ckpt/storage/storage.h"
 
 namespace ckpt {
 
 struct FingerprintOptions {
   int64_t iteration = -1;           // -1: the tracker's
-  Env* env = nullptr;               // nullptr: DefaultEnv()
+  Env* env = nullptr;               // a plain path's IO (nullptr: DefaultEnv()); a URL root uses its backend's
+  Storage* storage = nullptr;       // an opened root: the root string and env are then unused
   bool verify_hashes = true;        // check every chunk's SHA-256 on the way
   int64_t block_bytes = 4 << 20;    // target size of one block of global rows
 };

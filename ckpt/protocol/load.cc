@@ -119,7 +119,7 @@ Result<LoadStats> LoadFromManifest(ShardedStateDict& state, const LoadOptions& o
   Result<ChunkPlan> cp = !m.ok() ? Result<ChunkPlan>(m.status()) : load_internal::PlanChunks(state, *m, &stats);
   // A wrong layout of a present key says more than the missing keys do.
   if (m.ok() && !keys.ok() && (cp.ok() || cp.status().code() == Code::kNotFound)) cp = keys;
-  const std::string dir = JoinPath(opts.root, IterDirName(m.ok() ? m->iteration : iteration));
+  const std::string dir = IterationDir(opts.storage, m.ok() ? m->iteration : iteration);
   // --fallback promises the newest iteration that verifies: the HDF5
   // metadata of the files read is checked too (chunks alone carry hashes).
   if (opts.fallback && cp.ok())
@@ -147,7 +147,7 @@ Result<LoadStats> LoadFromManifest(ShardedStateDict& state, const LoadOptions& o
 // One iteration with strict key handling: a missing key fails the load (as
 // a plan error, so a read-sharing group still meets) or is skipped.
 Result<LoadStats> LoadIteration(ShardedStateDict& state, const LoadOptions& opts, Env* env, int64_t iteration) {
-  Result<Manifest> m = ReadManifest(env, opts.root, iteration);
+  Result<Manifest> m = ReadManifest(opts.storage, iteration);
   // Over-long keys fail before any planning or message quotes them (as a
   // manifest failure would: a read-sharing group still meets).
   if (Status bounded = ValidateKeyLengths(state); !bounded.ok())
@@ -180,11 +180,11 @@ bool WorthFallingBack(const Status& s) { return s.code() != Code::kTimeout; }
 
 // Committed-looking iterations newer than `loaded` that "latest" passed over
 // because their manifest does not read: each with why, for LoadStats::skipped.
-void NoteNewerSkipped(Env* env, const std::string& root, int64_t loaded, const std::vector<int64_t>& iters,
+void NoteNewerSkipped(Storage* storage, int64_t loaded, const std::vector<int64_t>& iters,
                       std::vector<std::string>* skipped) {
   for (int64_t it : iters) {
     if (it <= loaded) continue;
-    Result<Manifest> m = ReadManifest(env, root, it);
+    Result<Manifest> m = ReadManifest(storage, it);
     skipped->push_back("newer " + IterDirName(it) + " (not loaded): " +
                        (m.ok() ? std::string("reads, but was not the latest") : m.status().ToString()));
   }
@@ -227,8 +227,8 @@ constexpr int kLoadAttempts = 5;
 bool MayResolveAgain(const LoadOptions& opts) {
   return opts.iteration < 0 && (!opts.comm || opts.comm->size() == 1) && !SharesReads(opts);
 }
-bool RemovedMeanwhile(Env* env, const LoadOptions& opts, int64_t it, int attempt, std::vector<std::string>* notes) {
-  if (!MayResolveAgain(opts) || attempt + 1 >= kLoadAttempts || IterationPresent(env, opts.root, it)) return false;
+bool RemovedMeanwhile(const LoadOptions& opts, int64_t it, int attempt, std::vector<std::string>* notes) {
+  if (!MayResolveAgain(opts) || attempt + 1 >= kLoadAttempts || IterationPresent(opts.storage, it)) return false;
   notes->push_back(IterDirName(it) + " was removed while it was loaded (retention after a newer commit; not damage)");
   return true;
 }
@@ -236,13 +236,13 @@ bool RemovedMeanwhile(Env* env, const LoadOptions& opts, int64_t it, int attempt
 Result<LoadStats> LoadWithoutFallback(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
   std::vector<std::string> removed;
   for (int attempt = 0;; ++attempt) {
-    Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(env, opts.root);
+    Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(opts.storage);
     if (!tracked.ok()) return tracked.status();
     Result<LoadStats> r = LoadIteration(state, opts, env, *tracked);
-    if (!r.ok() && RemovedMeanwhile(env, opts, *tracked, attempt, &removed)) continue;
+    if (!r.ok() && RemovedMeanwhile(opts, *tracked, attempt, &removed)) continue;
     if (r.ok() && opts.iteration < 0)
-      if (auto iters = ListIterations(env, opts.root); iters.ok())
-        NoteNewerSkipped(env, opts.root, r->iteration, *iters, &r->skipped);
+      if (auto iters = ListIterations(opts.storage); iters.ok())
+        NoteNewerSkipped(opts.storage, r->iteration, *iters, &r->skipped);
     if (r.ok()) r->skipped.insert(r->skipped.end(), removed.begin(), removed.end());
     return r;
   }
@@ -256,8 +256,8 @@ Result<LoadStats> LoadWithoutFallback(ShardedStateDict& state, const LoadOptions
 Result<LoadStats> LoadFallback(ShardedStateDict& state, const LoadOptions& opts, Env* env) {
   std::vector<std::string> removed;
   for (int attempt = 0;; ++attempt) {
-    Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(env, opts.root);
-    CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, opts.root));
+    Result<int64_t> tracked = opts.iteration >= 0 ? Result<int64_t>(opts.iteration) : LatestIteration(opts.storage);
+    CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(opts.storage));
     std::vector<Status> skipped;
     if (!tracked.ok()) skipped.push_back(Status(tracked.status().code(), "tracker: " + tracked.status().ToString()));
     if (tracked.ok() && !std::binary_search(iters.begin(), iters.end(), *tracked))
@@ -273,7 +273,7 @@ Result<LoadStats> LoadFallback(ShardedStateDict& state, const LoadOptions& opts,
       AgreeOnAttempt(r, opts, &failure, &worth);
       if (failure.ok()) {
         if (opts.iteration < 0 && tracked.ok())  // those at or below it failed in this loop
-          NoteNewerSkipped(env, opts.root, *tracked, iters, &r->skipped);
+          NoteNewerSkipped(opts.storage, *tracked, iters, &r->skipped);
         for (const auto& s : skipped) r->skipped.push_back(s.message());
         r->skipped.insert(r->skipped.end(), removed.begin(), removed.end());
         return r;
@@ -283,7 +283,7 @@ Result<LoadStats> LoadFallback(ShardedStateDict& state, const LoadOptions& opts,
                       failure.origin_rank(), failure.phase())
             .WithCause(failure.cause())
             .WithMissing(failure.missing());
-      again = RemovedMeanwhile(env, opts, *it, attempt, &removed);
+      again = RemovedMeanwhile(opts, *it, attempt, &removed);
       if (!again) skipped.push_back(failure.WithContext(IterDirName(*it)));
     }
     if (!again) return NothingLoadable(opts.root, skipped);
@@ -381,40 +381,64 @@ std::vector<reshard::SavedShard> SavedShardsOf(const Manifest& m) {
   return saved;
 }
 
-std::string RootHint(Env* env, const std::string& root) {
-  std::string r = root;
+namespace {
+
+// RootHint of the root at Env path `path`, named `shown` (its URL).
+std::string HintAt(Env* env, const std::string& path, const std::string& shown) {
+  std::string r = path;
   while (r.size() > 1 && r.back() == '/') r.pop_back();
   if (auto it = ParseIterDirName(BaseName(r)); it.ok())
-    return "; '" + root + "' is an iteration directory: pass its parent '" + DirName(r) +
+    return "; '" + shown + "' is an iteration directory: pass its parent '" + DirName(r) +
            "' as the root (and iteration " + std::to_string(*it) + ")";
   auto info = env->Stat(r);
-  if (!info.ok() || !info->exists) return "; root '" + root + "' does not exist";
+  if (!info.ok() || !info->exists) return "; root '" + shown + "' does not exist";
   if (!info->IsDirOrLinkToDir())
-    return "; root '" + root + "' is a file: the root is the directory holding the iter_N directories";
+    return "; root '" + shown + "' is a file: the root is the directory holding the iter_N directories";
   return "";
 }
 
-Result<int64_t> ReadTracker(Env* env, const std::string& root) {
-  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRootToList(env, root));
+}  // namespace
+
+std::string RootHint(Storage* storage) { return HintAt(storage->env(), storage->root(), storage->url()); }
+
+std::string RootHint(Env* env, const std::string& root) {
+  auto storage = OpenRoot(env, root);
+  return storage.ok() ? RootHint(storage->get()) : "";  // no backend for it: its open error says why
+}
+
+Result<int64_t> ReadTracker(Storage* storage) {
   Result<int64_t> tracked = storage->ReadTracker();
   if (tracked.status().code() == Code::kNotFound)
-    return Status::NotFound(tracked.status().message() + RootHint(storage->env(), root));
+    return Status::NotFound(tracked.status().message() + RootHint(storage));
   return tracked;
 }
 
+Result<int64_t> ReadTracker(Env* env, const std::string& root) {
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  return ReadTracker(storage.get());
+}
+
+Result<std::vector<int64_t>> ListIterations(Storage* storage) { return storage->ListIterations(); }
+
 Result<std::vector<int64_t>> ListIterations(Env* env, const std::string& root) {
-  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRootToList(env, root));
-  return storage->ListIterations();
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  return ListIterations(storage.get());
 }
 
 Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iteration) {
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  return ReadManifest(storage.get(), iteration);
+}
+
+Result<Manifest> ReadManifest(Storage* storage, int64_t iteration) {
   if (iteration < 0) {
-    CKPT_ASSIGN_OR_RETURN(iteration, LatestIteration(env, root));
+    CKPT_ASSIGN_OR_RETURN(iteration, LatestIteration(storage));
   }
-  const std::string dir = JoinPath(root, IterDirName(iteration));
+  Env* env = storage->env();
+  const std::string dir = IterationDir(storage, iteration);
   CKPT_ASSIGN_OR_RETURN(FileInfo d, env->Stat(dir));
   if (!d.IsDirOrLinkToDir())
-    return Status::NotFound("checkpoint directory '" + dir + "' does not exist" + RootHint(env, root));
+    return Status::NotFound("checkpoint directory '" + dir + "' does not exist" + RootHint(storage));
   const std::string path = JoinPath(dir, kManifestName);
   // A dir gone by the time its manifest is read was removed (retention after
   // a newer commit), not damaged: kNotFound, as if it had not been listed.
@@ -423,14 +447,14 @@ Result<Manifest> ReadManifest(Env* env, const std::string& root, int64_t iterati
   };
   CKPT_ASSIGN_OR_RETURN(FileInfo f, env->Stat(path));
   if (!f.exists) {
-    if (!IterationPresent(env, root, iteration)) return removed();
+    if (!IterationPresent(storage, iteration)) return removed();
     return Status::Corruption("checkpoint directory '" + dir + "' has no manifest: not a committed checkpoint");
   }
   if (f.size > kMaxManifestBytes)  // refused by its size, before a byte is read
     return Status::Corruption("manifest '" + path + "': " + std::to_string(f.size) + " bytes, more than the limit of " +
                               std::to_string(kMaxManifestBytes) + " (docs/FORMAT.md, limits)");
   Result<std::string> read = ReadFileToString(env, path);
-  if (!read.ok() && read.status().code() == Code::kNotFound && !IterationPresent(env, root, iteration))
+  if (!read.ok() && read.status().code() == Code::kNotFound && !IterationPresent(storage, iteration))
     return removed();
   CKPT_ASSIGN_OR_RETURN(std::string bytes, std::move(read));
   CKPT_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes, path));
@@ -448,8 +472,21 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
   const auto start = Clock::now();
   LoadOptions opts = options;
   if (opts.threads == kAutoThreads) opts.threads = DefaultWorkerThreads(opts.comm ? opts.comm : opts.share_comm);
-  Env* env = opts.env ? opts.env : DefaultEnv();
-  Result<LoadStats> r = LoadLocal(state, opts, env);
+  // The root opened once (any URL); everything below reads through it and
+  // names it by its URL. A rank that cannot open it fails like a failed read.
+  std::unique_ptr<Storage> owned;
+  Result<LoadStats> r = Status::Internal("not loaded");
+  if (!opts.storage) {
+    auto opened = OpenRoot(opts.env, opts.root);
+    if (opened.ok()) owned = std::move(opened).value();
+    opts.storage = owned.get();
+    if (!opened.ok()) r = opened.status();
+  }
+  if (opts.storage) {
+    opts.root = opts.storage->url();
+    opts.env = opts.storage->env();
+    r = LoadLocal(state, opts, opts.env);
+  }
   if (opts.comm && opts.comm->size() > 1 && !opts.fallback) {  // fallback agrees per attempt
     // Agree: a rank that failed makes every rank fail the same way, naming
     // the rank that hit the error first (not one relaying it for its

@@ -16,8 +16,8 @@ using CarriedObjects = std::map<std::pair<std::string, int64_t>, const ManifestO
 // Target rank `r`: its state from the factory (rank 0 also takes the
 // single-cell objects nobody requested), loaded from `src` and written into
 // `tmp`; the tensor keys it requested go into *requested.
-Result<Manifest> ReshardRank(const OfflineReshardOptions& opts, const RankStateFactory& factory, Env* env,
-                             const Manifest& src, const std::string& tmp, int r, std::set<std::string>* requested,
+Result<Manifest> ReshardRank(const OfflineReshardOptions& opts, const RankStateFactory& factory, Storage* from,
+                             Env* env, const Manifest& src, const std::string& tmp, int r, std::set<std::string>* requested,
                              CarriedObjects* carry, OfflineReshardStats* stats) {
   auto state = factory(r);
   if (!state.ok()) return state.status().WithContext("target rank " + std::to_string(r));
@@ -27,9 +27,8 @@ Result<Manifest> ReshardRank(const OfflineReshardOptions& opts, const RankStateF
     for (const auto& [cell, o] : *carry)
       if (NumElements(o->meta.global_shape) == 1) (*state)->dict().AddObject(o->meta);
   LoadOptions lo;
-  lo.root = opts.src_root;
+  lo.storage = from;
   lo.iteration = src.iteration;
-  lo.env = env;
   auto loaded = LoadCheckpoint((*state)->dict(), lo);
   if (!loaded.ok()) return loaded.status().WithContext("reshard, target rank " + std::to_string(r));
   stats->bytes_read += loaded->bytes_read;
@@ -64,13 +63,17 @@ std::string DroppedState(const Manifest& src, const std::set<std::string>& reque
 
 Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, const RankStateFactory& factory) {
   const auto start = std::chrono::steady_clock::now();
-  Env* env = opts.env ? opts.env : DefaultEnv();
+  // Source and destination may be any URLs (a POSIX root to s3:// and back):
+  // each is opened once and read or written through its own Env.
+  CKPT_ASSIGN_OR_RETURN(auto from, OpenRoot(opts.env, opts.src_root));
+  CKPT_ASSIGN_OR_RETURN(auto to, OpenRoot(opts.env, opts.dst_root));
+  Env* env = to->env();
   OfflineReshardStats stats;
-  CKPT_ASSIGN_OR_RETURN(Manifest src, ReadManifest(env, opts.src_root, opts.src_iteration));
+  CKPT_ASSIGN_OR_RETURN(Manifest src, ReadManifest(from.get(), opts.src_iteration));
   stats.src_iteration = src.iteration;
   const int64_t dst_iter = opts.dst_iteration >= 0 ? opts.dst_iteration : src.iteration;
   CreatedDirs made(env);  // a refused reshard leaves no destination it created
-  CKPT_RETURN_IF_ERROR(made.Create(opts.dst_root));
+  if (UrlScheme(opts.dst_root) == "file") CKPT_RETURN_IF_ERROR(made.Create(to->root()));  // object stores: no dirs
   std::unique_ptr<StagedSave> staged;  // the tmp dir and its lease, held until the commit or the abandon
   std::string tmp;
   auto abandon = [&](const Status& st) {
@@ -79,7 +82,7 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
     made.RemoveIfEmpty();
     return st;
   };
-  auto prepared = PrepareSaveDir(env, opts.dst_root, dst_iter, nullptr, /*allow_older=*/true);  // explicit iteration
+  auto prepared = PrepareSaveDir(to.get(), dst_iter, nullptr, /*allow_older=*/true);  // explicit iteration
   if (!prepared.ok()) return abandon(prepared.status());
   staged = std::move(prepared).value();
   tmp = staged->dir();
@@ -95,7 +98,7 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   }
   std::vector<Manifest> parts;
   for (int r = 0; r < opts.world_size; ++r) {
-    auto part = ReshardRank(opts, factory, env, src, tmp, r, &requested, &carry, &stats);
+    auto part = ReshardRank(opts, factory, from.get(), env, src, tmp, r, &requested, &carry, &stats);
     if (!part.ok()) return abandon(part.status());
     parts.push_back(std::move(part).value());
   }
@@ -110,8 +113,8 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   bool published = false;
   Status st = PublishCheckpoint(staged.get(), *merged, nullptr, &published);
   if (!st.ok()) return published ? st : abandon(st);
-  CKPT_RETURN_IF_ERROR(UpdateTracker(env, opts.dst_root, dst_iter, nullptr)
-                           .WithContext("committed " + JoinPath(opts.dst_root, IterDirName(dst_iter)) +
+  CKPT_RETURN_IF_ERROR(UpdateTracker(to.get(), dst_iter, nullptr)
+                           .WithContext("committed " + IterationDir(to.get(), dst_iter) +
                                         " but could not update the tracker"));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

@@ -36,10 +36,14 @@ std::vector<int64_t> RetentionVictims(const std::vector<int64_t>& committed, int
 Result<RetentionResult> ApplyRetention(Env* env, const std::string& root, int64_t newest,
                                        const RetentionPolicy& p) {
   CKPT_RETURN_IF_ERROR(ValidateRetention(p));
-  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));  // env nullptr: the backend's own
-  env = storage->env();
-  CKPT_ASSIGN_OR_RETURN(int64_t tracked, ReadTracker(env, root));
-  CKPT_ASSIGN_OR_RETURN(int64_t latest, LatestIteration(env, root));
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));  // any URL; env nullptr: the backend's own
+  return ApplyRetention(storage.get(), newest, p);
+}
+
+Result<RetentionResult> ApplyRetention(Storage* storage, int64_t newest, const RetentionPolicy& p) {
+  CKPT_RETURN_IF_ERROR(ValidateRetention(p));
+  CKPT_ASSIGN_OR_RETURN(int64_t tracked, ReadTracker(storage));
+  CKPT_ASSIGN_OR_RETURN(int64_t latest, LatestIteration(storage));
   if (tracked != newest || latest != newest)
     return Status::FailedPrecondition("retention skipped: iteration " + std::to_string(newest) +
                                       " is not durable as the latest (tracker names " + std::to_string(tracked) +
@@ -52,7 +56,7 @@ Result<RetentionResult> ApplyRetention(Env* env, const std::string& root, int64_
     r.deleted.push_back(it);
     if (was_link) r.unlinked.push_back(it);
   }
-  CKPT_ASSIGN_OR_RETURN(r.kept, ListIterations(env, root));
+  CKPT_ASSIGN_OR_RETURN(r.kept, ListIterations(storage));
   return r;
 }
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ckpt/base/env.h"
+#include "ckpt/storage/storage.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
@@ -58,5 +59,7 @@ struct RetentionResult {
 // the iterations not yet handled in place; those already renamed are gone.
 Result<RetentionResult> ApplyRetention(Env* env, const std::string& root, int64_t newest,
                                        const RetentionPolicy& p);
+// The same on an opened root (any backend).
+Result<RetentionResult> ApplyRetention(Storage* storage, int64_t newest, const RetentionPolicy& p);
 
 }  // namespace ckpt

@@ -137,7 +137,7 @@ Result<std::vector<ShardedTensor>> RuleTargetTensors(const Manifest& m, const Ru
 
 Result<json> PlanByRules(const std::string& root, int64_t iteration, const RuleLayout& layout, bool per_rank) {
   const auto t0 = std::chrono::steady_clock::now();
-  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(DefaultEnv(), root, iteration));
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(nullptr, root, iteration));
   const std::vector<reshard::SavedShard> shards = SavedShardsOf(m);
   std::map<std::string, reshard::ReadPlan> distinct;  // ranks holding the same boxes share a plan
   std::vector<const reshard::ReadPlan*> of_rank;
@@ -200,7 +200,7 @@ std::string RulePlanText(const json& p) {
 }
 
 Result<OfflineReshardStats> ReshardByRules(const RuleReshardRequest& req) {
-  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(DefaultEnv(), req.src, req.iteration));
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(nullptr, req.src, req.iteration));
   CKPT_ASSIGN_OR_RETURN(Compression comp, ParseCompression(req.compression));
   // Rule errors (an axis a tensor lacks) before anything is written.
   for (int r = 0; r < req.layout.ranks; ++r) CKPT_RETURN_IF_ERROR(RuleTargetTensors(m, req.layout, r).status());

@@ -48,7 +48,7 @@ Status Warning(std::string_view what, const Status& cause) {
 class SaveRun {
  public:
   SaveRun(const ShardedStateDict& state, const SaveOptions& opts)
-      : state_(state), opts_(opts), env_(opts.env ? opts.env : DefaultEnv()),
+      : state_(state), opts_(opts),
         comm_(opts.comm ? opts.comm : &local_), rank_(comm_->rank()) {}
 
   Result<SaveStats> Run();
@@ -65,7 +65,10 @@ class SaveRun {
     stats_.phase_seconds[std::string(PhaseName(phase))] += std::chrono::duration<double>(t1 - t0).count();
   }
 
-  Result<std::string> Begin();  // rank 0 prepares; all learn the tmp dir
+  // Opens the root (every rank: each writes its file through the root's
+  // Env); storage_ and env_ from then on. A failure is this rank's "begin".
+  Status OpenRoot();
+  Result<std::string> Begin(const Status& opened);  // rank 0 prepares; all learn the tmp dir
   // Indices of my tensors to write. `ready` is this rank's failure so far
   // (validate, the "plan" step): it travels in the plan gather, so every rank
   // fails at once naming this one instead of waiting a deadline for it.
@@ -102,7 +105,10 @@ class SaveRun {
 
   const ShardedStateDict& state_;
   const SaveOptions& opts_;
-  Env* env_;
+  std::unique_ptr<Storage> owned_;  // the root, when opened here (not SaveOptions::storage)
+  Storage* storage_ = nullptr;
+  std::string url_;  // the root as named in messages
+  Env* env_ = nullptr;  // storage_->env() once the root is open (a failed open ends the save at "plan")
   LocalComm local_;
   Comm* comm_;
   int rank_;
@@ -116,11 +122,22 @@ class SaveRun {
   SaveStats stats_;
 };
 
-Result<std::string> SaveRun::Begin() {
+Status SaveRun::OpenRoot() {
+  url_ = opts_.root;
+  if (!opts_.storage) {
+    CKPT_ASSIGN_OR_RETURN(owned_, ckpt::OpenRoot(opts_.env, opts_.root));
+  }
+  storage_ = opts_.storage ? opts_.storage : owned_.get();
+  url_ = storage_->url();
+  env_ = storage_->env();
+  return Status::Ok();
+}
+
+Result<std::string> SaveRun::Begin(const Status& opened) {
   std::string msg;
   if (rank_ == 0) {
-    auto staged = opts_.storage ? PrepareSaveDir(opts_.storage, opts_.iteration, opts_.hook, opts_.allow_older)
-                                : PrepareSaveDir(env_, opts_.root, opts_.iteration, opts_.hook, opts_.allow_older);
+    auto staged = opened.ok() ? PrepareSaveDir(storage_, opts_.iteration, opts_.hook, opts_.allow_older)
+                              : Result<std::unique_ptr<StagedSave>>(opened);
     msg = staged.ok() ? OkMsg((*staged)->dir()) : ErrMsg(Mine(staged.status(), Phase::kBegin));
     if (staged.ok()) {
       staged_ = std::move(staged).value();
@@ -232,8 +249,7 @@ Status SaveRun::Commit(const std::vector<std::string>& votes) {
     return st;
   }
   committed_ = true;
-  Status tracker = opts_.storage ? UpdateTracker(opts_.storage, opts_.iteration, opts_.hook)
-                                 : UpdateTracker(env_, opts_.root, opts_.iteration, opts_.hook);
+  Status tracker = UpdateTracker(storage_, opts_.iteration, opts_.hook);
   if (!tracker.ok()) stats_.warning = Warning("tracker update failed", tracker);
   return Status::Ok();
 }
@@ -252,12 +268,12 @@ uint64_t SaveRun::RootFileBytes() {
 Result<std::string> SaveRun::AwaitOutcomeOnDisk(const Status& timed_out, uint64_t root_bytes_at_vote) {
   uint64_t last = root_bytes_at_vote;
   auto last_change = Clock::now() - opts_.timeout;  // the whole failed wait counts as a stall
-  auto committed = [&]() { return ReadManifest(env_, opts_.root, opts_.iteration).ok(); };
+  auto committed = [&]() { return ReadManifest(storage_, opts_.iteration).ok(); };
   while (true) {
     if (committed())  // visible; whether rank 0 made it durable (root fsync) nobody told us
       return Status(Code::kOutcomeUnknown,
                     "outcome unknown: iteration " + std::to_string(opts_.iteration) + " is visible under '" +
-                        opts_.root + "', but rank 0 did not confirm that it is durable (the root fsync after " +
+                        url_ + "', but rank 0 did not confirm that it is durable (the root fsync after " +
                         "the rename): check it (ckpt verify / load) before relying on it or saving it again; " +
                         timed_out.message(),
                     timed_out.origin_rank(), timed_out.phase());
@@ -357,7 +373,9 @@ Result<SaveStats> SaveRun::Run() {
   stats_.iteration = opts_.iteration;
   Status ready = Mine(state_.Validate(), Phase::kValidate);
   auto t0 = Clock::now();
-  Result<std::string> begun = Begin();
+  const Status opened = OpenRoot();
+  if (!opened.ok() && ready.ok()) ready = Mine(opened, Phase::kBegin);  // told to all in the plan gather
+  Result<std::string> begun = Begin(opened);
   if (!begun.ok()) {
     Abandon();
     return begun.status();

@@ -1,5 +1,7 @@
 #include "ckpt/protocol/verify.h"
 
+#include "ckpt/protocol/commit.h"
+
 #include <chrono>
 #include <map>
 #include <set>
@@ -154,11 +156,11 @@ std::string Iter(int64_t it) { return "iteration " + std::to_string(it); }
 
 // One iteration's check: its manifest (an error if it cannot be trusted),
 // then every file and chunk.
-Result<VerifyReport> VerifyIteration(Env* env, const std::string& root, int64_t iteration, const VerifyOptions& opts) {
-  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(env, root, iteration));
+Result<VerifyReport> VerifyIteration(Storage* root, int64_t iteration, const VerifyOptions& opts) {
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(root, iteration));
   VerifyReport report;
   report.iteration = m.iteration;
-  Verifier(env, JoinPath(root, IterDirName(m.iteration)), m, opts, &report).Run();
+  Verifier(root->env(), IterationDir(root, m.iteration), m, opts, &report).Run();
   return report;
 }
 
@@ -184,17 +186,17 @@ std::string RemovedNote(int64_t it, const Result<VerifyReport>& seen) {
 // Latest mode, after `verified` was checked: every iteration listed above it
 // now. One whose manifest reads was committed after "latest" was resolved (a
 // note); one that does not read is an issue unless it is gone by then.
-void CheckNewer(Env* env, const std::string& root, int64_t verified, VerifyReport* report) {
-  auto iters = ListIterations(env, root);
+void CheckNewer(Storage* root, int64_t verified, VerifyReport* report) {
+  auto iters = ListIterations(root);
   for (int64_t it : iters.ok() ? *iters : std::vector<int64_t>{}) {
     if (it <= verified) continue;
-    Result<Manifest> newer = ReadManifest(env, root, it);
+    Result<Manifest> newer = ReadManifest(root, it);
     if (newer.ok()) {
       report->notes.push_back(Iter(it) + " was committed while " + Iter(verified) + " was verified (not checked)");
-    } else if (!IterationPresent(env, root, it)) {
+    } else if (!IterationPresent(root, it)) {
       report->notes.push_back(Iter(it) + " was removed while the root was read");
     } else {
-      report->issues.push_back({JoinPath(root, IterDirName(it)), "", "", -1,
+      report->issues.push_back({IterationDir(root, it), "", "", -1,
                                 Iter(it) + " is newer than the verified " + Iter(verified) +
                                     " but not a readable checkpoint: " + newer.status().ToString()});
     }
@@ -204,19 +206,24 @@ void CheckNewer(Env* env, const std::string& root, int64_t verified, VerifyRepor
 }  // namespace
 
 Result<VerifyReport> VerifyCheckpoint(Env* env, const std::string& root, const VerifyOptions& opts) {
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  return VerifyCheckpoint(storage.get(), opts);
+}
+
+Result<VerifyReport> VerifyCheckpoint(Storage* root, const VerifyOptions& opts) {
   const auto start = std::chrono::steady_clock::now();
   const bool latest = opts.iteration < 0;
   std::vector<std::string> notes;
   Result<VerifyReport> r = Status::Internal("not verified");
   for (int attempt = 0; attempt < kVerifyAttempts; ++attempt) {
-    Result<int64_t> it_or = latest ? LatestIteration(env, root) : Result<int64_t>(opts.iteration);
+    Result<int64_t> it_or = latest ? LatestIteration(root) : Result<int64_t>(opts.iteration);
     if (!it_or.ok()) return it_or.status();
     const int64_t it = *it_or;
     // A given iteration absent from the start is the caller's error (kNotFound).
-    if (!latest && !IterationPresent(env, root, it))
-      return Status::NotFound("checkpoint directory '" + JoinPath(root, IterDirName(it)) + "' does not exist");
-    r = VerifyIteration(env, root, it, opts);
-    if ((r.ok() && r->ok()) || IterationPresent(env, root, it)) break;
+    if (!latest && !IterationPresent(root, it))
+      return Status::NotFound("checkpoint directory '" + IterationDir(root, it) + "' does not exist");
+    r = VerifyIteration(root, it, opts);
+    if ((r.ok() && r->ok()) || IterationPresent(root, it)) break;
     // Gone after the check: what failed was the removal, not damage.
     notes.push_back(RemovedNote(it, r));
     if (!latest || attempt + 1 == kVerifyAttempts) {
@@ -230,7 +237,7 @@ Result<VerifyReport> VerifyCheckpoint(Env* env, const std::string& root, const V
     report.notes.insert(report.notes.begin(), notes.begin(), notes.end());
     // "latest" passed over every newer committed-looking iteration whose
     // manifest does not read: a lagging tracker must not hide that damage.
-    if (latest) CheckNewer(env, root, report.iteration, &report);
+    if (latest) CheckNewer(root, report.iteration, &report);
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
@@ -248,13 +255,13 @@ namespace {
 // What a load or verify of "latest" fails on before any chunk is read: the
 // tracker, or the manifest it leads to. Resolved again when the iteration it
 // named is removed meanwhile (a commit and retention ran in between).
-Status CheckLatest(Env* env, const std::string& root) {
+Status CheckLatest(Storage* root) {
   Status st;
   for (int attempt = 0; attempt < kVerifyAttempts; ++attempt) {
-    Result<int64_t> latest = LatestIteration(env, root);
+    Result<int64_t> latest = LatestIteration(root);
     if (!latest.ok()) return latest.status();
-    st = ReadManifest(env, root, *latest).status();
-    if (st.ok() || IterationPresent(env, root, *latest)) return st;
+    st = ReadManifest(root, *latest).status();
+    if (st.ok() || IterationPresent(root, *latest)) return st;
   }
   return st;
 }
@@ -262,25 +269,30 @@ Status CheckLatest(Env* env, const std::string& root) {
 }  // namespace
 
 Result<VerifyAllReport> VerifyAllIterations(Env* env, const std::string& root, const VerifyOptions& opts) {
-  CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(env, root));
-  if (iters.empty()) return Status::NotFound("no iterations under '" + root + "'");
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
+  return VerifyAllIterations(storage.get(), opts);
+}
+
+Result<VerifyAllReport> VerifyAllIterations(Storage* root, const VerifyOptions& opts) {
+  CKPT_ASSIGN_OR_RETURN(auto iters, ListIterations(root));
+  if (iters.empty()) return Status::NotFound("no iterations under '" + root->url() + "'");
   VerifyAllReport all;
   for (int64_t it : iters) {
     VerifyOptions o = opts;
     o.iteration = it;
-    Result<VerifyReport> r = VerifyCheckpoint(env, root, o);
+    Result<VerifyReport> r = VerifyCheckpoint(root, o);
     IterationVerify v;
     v.iteration = it;
     if (r.ok()) {
       v.report = std::move(r).value();
-    } else if (!IterationPresent(env, root, it)) {  // listed, then removed before its turn
+    } else if (!IterationPresent(root, it)) {  // listed, then removed before its turn
       v.report = Removed(it, r, {RemovedNote(it, r)});
     } else {
       v.error = r.status();
     }
     all.iterations.push_back(std::move(v));
   }
-  all.latest = CheckLatest(env, root);
+  all.latest = CheckLatest(root);
   return all;
 }
 

@@ -32,6 +32,7 @@
 
 #include "ckpt/base/env.h"
 #include "ckpt/base/status.h"
+#include "ckpt/storage/storage.h"
 
 namespace ckpt {
 
@@ -78,6 +79,8 @@ struct VerifyOptions {
 };
 
 Result<VerifyReport> VerifyCheckpoint(Env* env, const std::string& root, const VerifyOptions& opts);
+// The same on an opened root (any backend; files read through storage->env()).
+Result<VerifyReport> VerifyCheckpoint(Storage* storage, const VerifyOptions& opts);
 
 // `ckpt verify --all`: every iteration listed under root, each checked as
 // VerifyCheckpoint with that iteration (opts.iteration is ignored). One the
@@ -98,5 +101,6 @@ struct VerifyAllReport {
 };
 // kNotFound if root lists no iteration; the Env's error if it cannot be listed.
 Result<VerifyAllReport> VerifyAllIterations(Env* env, const std::string& root, const VerifyOptions& opts);
+Result<VerifyAllReport> VerifyAllIterations(Storage* storage, const VerifyOptions& opts);
 
 }  // namespace ckpt

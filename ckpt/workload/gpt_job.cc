@@ -182,7 +182,7 @@ Status PrecheckBucketLayout(GptJob& job, const std::string& root, int64_t iterat
 
 int64_t ResolveLoadIteration(const std::string& root, int64_t iteration) {
   if (iteration >= 0) return iteration;
-  Result<int64_t> latest = LatestIteration(DefaultEnv(), root);
+  Result<int64_t> latest = LatestIteration(nullptr, root);
   return latest.ok() ? *latest : -1;
 }
 

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/commit.h"
 #include "reshard/gpt_config_json.h"
 #include "reshard/megatron_family.h"
 
@@ -69,17 +70,19 @@ Result<reshard::GptConfig> WithOverrides(const reshard::GptConfig& base, const s
 }  // namespace
 
 Result<Manifest> ReadManifestOrOlder(const std::string& root, int64_t iteration) {
-  Result<Manifest> read = ReadManifest(DefaultEnv(), root, iteration);
+  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(nullptr, root));  // any URL, through its backend
+  Storage* s = storage.get();
+  Result<Manifest> read = ReadManifest(s, iteration);
   if (read.ok()) return read;
   // Removed since it was resolved (retention after a newer commit): the root
   // moved on, so the new latest describes the run.
-  if (iteration >= 0 && !IterationPresent(DefaultEnv(), root, iteration))
-    if (Result<Manifest> latest = ReadManifest(DefaultEnv(), root, -1); latest.ok()) return latest;
-  auto iters = ListIterations(DefaultEnv(), root);
+  if (iteration >= 0 && !IterationPresent(s, iteration))
+    if (Result<Manifest> latest = ReadManifest(s, -1); latest.ok()) return latest;
+  auto iters = ListIterations(s);
   if (!iters.ok()) return read;
   for (auto it = iters->rbegin(); it != iters->rend(); ++it)
     if (iteration < 0 || *it < iteration)
-      if (auto m = ReadManifest(DefaultEnv(), root, *it); m.ok()) return m;
+      if (auto m = ReadManifest(s, *it); m.ok()) return m;
   return read;
 }
 

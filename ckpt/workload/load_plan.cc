@@ -19,7 +19,7 @@ using nlohmann::json;
 
 Result<SavedModel> ReadSavedModel(const std::string& root, int64_t iteration) {
   SavedModel s;
-  CKPT_ASSIGN_OR_RETURN(s.manifest, ReadManifest(DefaultEnv(), root, iteration));
+  CKPT_ASSIGN_OR_RETURN(s.manifest, ReadManifest(nullptr, root, iteration));
   Result<std::optional<reshard::ModelRef>> model = reshard::ModelOf(s.manifest.metadata);
   if (!model.ok()) return model.status().WithContext("checkpoint under '" + root + "'");
   if (!model->has_value())

@@ -59,7 +59,7 @@ std::vector<std::string> MissingState(const Manifest& m, const ShardedStateDict&
 
 Status TrainWorkload::Resume(const std::string& root, int64_t iteration, Comm* comm, const ResumeParts& parts,
                              Millis timeout, LoadStats* stats) {
-  auto manifest = ReadManifest(DefaultEnv(), root, iteration);
+  auto manifest = ReadManifest(nullptr, root, iteration);
   CKPT_RETURN_IF_ERROR(AgreeStatus(comm, manifest.status(), Phase::kResumeManifest, timeout));
   const int64_t iter = manifest->iteration;
   ShardedStateDict request = SaveDict(parts);

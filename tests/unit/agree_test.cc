@@ -11,8 +11,8 @@
 #include "ckpt/base/agree.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/protocol/checkpoint.h"
-#include "support/state_util.h"
-#include "support/test_util.h"
+#include "harness/state_util.h"
+#include "harness/test_util.h"
 
 namespace ckpt {
 namespace {

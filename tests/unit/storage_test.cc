@@ -14,6 +14,7 @@
 #include "faults/fault_env.h"
 #include "faults/power_loss.h"
 #include "faults/power_loss_env.h"
+#include "harness/state_util.h"
 #include "harness/storage_conformance.h"
 #include "harness/test_util.h"
 
@@ -118,18 +119,24 @@ TEST(StorageRegistry, RegisteredSchemeIsOpenedOnceTaken) {
   EXPECT_EQ(RegisterStorageScheme("file", nullptr).code(), Code::kAlreadyExists);
 }
 
-// Until the protocol takes its paths and Env from the Storage, a URL root
-// whose files would land elsewhere is refused for save/load (OpenRoot), not
-// written beside it. The tracker and the listing go through the Storage
-// alone (OpenRootToList), so they take such a root.
-TEST(StorageProtocol, UrlRootsThatTheProtocolWouldMisplaceAreRefused) {
+// The protocol opens any URL root through its backend (OpenRoot) and does
+// its IO through the Storage's env() at its root(): a file:// root is its
+// path through the caller's Env, a mem:// root the shared MemEnv (the
+// caller's POSIX Env would not find its paths), never a path joined onto the
+// URL string. (Before issue 32 item 5 such roots were refused.)
+TEST(StorageProtocol, UrlRootsOpenThroughTheirBackend) {
   const std::string plain = JoinPath(Scratch(), "plain_root");
-  EXPECT_TRUE(OpenRoot(nullptr, plain).ok());
-  for (const std::string& url : {"file://" + plain, std::string("mem://protocol_root")}) {
-    auto opened = OpenRoot(DefaultEnv(), url);
-    EXPECT_EQ(opened.status().code(), Code::kInvalidArgument) << url << ": " << opened.status().ToString();
-    EXPECT_NE(opened.status().message().find(url), std::string::npos) << opened.status().ToString();
-  }
+  auto by_path = OpenRoot(nullptr, plain);
+  ASSERT_TRUE(by_path.ok());
+  EXPECT_EQ((*by_path)->root(), plain);
+  auto by_url = OpenRoot(DefaultEnv(), "file://" + plain);
+  ASSERT_TRUE(by_url.ok()) << by_url.status().ToString();
+  EXPECT_EQ((*by_url)->root(), plain);
+  EXPECT_EQ((*by_url)->env(), DefaultEnv());
+  auto in_mem = OpenRoot(DefaultEnv(), "mem://protocol_root");
+  ASSERT_TRUE(in_mem.ok()) << in_mem.status().ToString();
+  EXPECT_EQ((*in_mem)->env(), SharedMemEnv());
+  EXPECT_EQ((*in_mem)->url(), "mem://protocol_root");
   auto mem = OpenStorage("mem://protocol_root");
   ASSERT_TRUE(mem.ok());
   auto staged = (*mem)->Stage(4);
@@ -140,6 +147,44 @@ TEST(StorageProtocol, UrlRootsThatTheProtocolWouldMisplaceAreRefused) {
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   EXPECT_EQ(*listed, std::vector<int64_t>({4}));
   EXPECT_EQ(OpenRoot(nullptr, "gopher://x").status().code(), Code::kInvalidArgument);
+}
+
+// SaveCheckpoint / LoadCheckpoint / VerifyCheckpoint-free reads on URL roots:
+// a mem:// root saves into the shared MemEnv and loads back whole (nothing
+// under a directory named "mem:" on disk), a file:// root lands at its path,
+// and an opened Storage (SaveOptions::storage) is used as given.
+TEST(StorageProtocol, SaveAndLoadThroughUrlRoots) {
+  testing::OwnedState state;
+  state.Add(testing::Desc("w", DType::kFloat32, {40, 8}, {0, 0}, {40, 8}), true);
+  const std::string path = JoinPath(Scratch(), "file_url_root");
+  for (const std::string& root : {std::string("mem://saveload"), "file://" + path}) {
+    SaveOptions so;
+    so.root = root;
+    so.iteration = 3;
+    auto saved = SaveCheckpoint(state.dict(), so);
+    ASSERT_TRUE(saved.ok()) << root << ": " << saved.status().ToString();
+    testing::OwnedState back;
+    back.Add(testing::Desc("w", DType::kFloat32, {40, 8}, {0, 0}, {40, 8}), false);
+    LoadOptions lo;
+    lo.root = root;
+    auto loaded = LoadCheckpoint(back.dict(), lo);
+    ASSERT_TRUE(loaded.ok()) << root << ": " << loaded.status().ToString();
+    EXPECT_EQ(back.CountMismatches(), 0) << root;
+    auto latest = LatestIteration(nullptr, root);
+    ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+    EXPECT_EQ(*latest, 3);
+  }
+  EXPECT_TRUE(SharedMemEnv()->Stat("/saveload/iter_0000003/manifest.json")->exists);
+  EXPECT_TRUE(DefaultEnv()->Stat(JoinPath(path, "iter_0000003/manifest.json"))->exists);
+  EXPECT_FALSE(DefaultEnv()->Stat("mem:")->exists);
+  EXPECT_FALSE(DefaultEnv()->Stat("file:")->exists);
+  auto opened = OpenStorage("mem://saveload_opened");
+  ASSERT_TRUE(opened.ok());
+  SaveOptions so;
+  so.storage = opened->get();
+  so.iteration = 1;
+  ASSERT_TRUE(SaveCheckpoint(state.dict(), so).ok());
+  EXPECT_EQ(*ListIterations(opened->get()), std::vector<int64_t>({1}));
 }
 
 // The medium's errors reach the caller with their code: ENOSPC while the

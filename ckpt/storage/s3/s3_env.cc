@@ -120,22 +120,26 @@ Result<std::unique_ptr<File>> S3Env::OpenFile(const std::string& path, OpenMode 
     return std::unique_ptr<File>(new S3WriteFile(client_, path, bucket, key, std::move(f), spool_env_, upload_));
   }
   if (mode != OpenMode::kRead) return Status::Unimplemented(path + ": object stores have no read-write files");
-  auto head = client_->Head(bucket, key);
+  CKPT_ASSIGN_OR_RETURN(ObjectInfo head, HeadFollowing(bucket, &key));
+  return std::unique_ptr<File>(new S3ReadFile(client_, path, bucket, key, head.size));
+}
+
+Result<ObjectInfo> S3Env::HeadFollowing(const std::string& bucket, std::string* key) {
+  auto head = client_->Head(bucket, *key);
   if (!head.ok() && head.status().code() == Code::kNotFound) {
     // iter_N/<name> of a committed iteration lives under its data prefix.
-    const size_t slash = key.rfind('/');
-    if (slash != std::string::npos && key.substr(slash + 1) != "manifest.json") {
-      const std::string iter_key = key.substr(0, slash);
+    const size_t slash = key->rfind('/');
+    if (slash != std::string::npos && key->substr(slash + 1) != "manifest.json") {
+      const std::string iter_key = key->substr(0, slash);
       CKPT_ASSIGN_OR_RETURN(std::string data, DataPrefixOf(bucket, iter_key));
       const size_t parent = iter_key.rfind('/');
       if (!data.empty()) {
-        key = (parent == std::string::npos ? "" : iter_key.substr(0, parent + 1)) + data + key.substr(slash);
-        head = client_->Head(bucket, key);
+        *key = (parent == std::string::npos ? "" : iter_key.substr(0, parent + 1)) + data + key->substr(slash);
+        head = client_->Head(bucket, *key);
       }
     }
   }
-  if (!head.ok()) return head.status();
-  return std::unique_ptr<File>(new S3ReadFile(client_, path, bucket, key, head->size));
+  return head;
 }
 
 Status S3Env::RemoveFile(const std::string& path) {
@@ -168,7 +172,8 @@ Result<FileInfo> S3Env::Stat(const std::string& path) {
   std::string bucket, key;
   CKPT_RETURN_IF_ERROR(SplitS3Path(path, &bucket, &key));
   FileInfo info;
-  auto head = key.empty() ? Result<ObjectInfo>(Status::NotFound("")) : client_->Head(bucket, key);
+  // Files of a committed iteration are seen at iter_N/<name> as reads find them.
+  auto head = key.empty() ? Result<ObjectInfo>(Status::NotFound("")) : HeadFollowing(bucket, &key);
   if (head.ok()) {
     info.exists = true;
     info.kind = FileKind::kFile;

@@ -7,7 +7,7 @@
 //    "<root>/iter_N/<name>" whose object is absent follows the committed
 //    manifest's data prefix (FORMAT.md 2b: x-amz-meta-ckpt-data on
 //    iter_N/manifest.json names "iter_N.<nonce>"), so readers use the same
-//    paths on every backend.
+//    paths on every backend; Stat follows it the same way.
 //  - kCreate files are spooled to a local file (through `spool_env` under
 //    `spool_dir`) so that HDF5 may write anywhere in them; Sync uploads the
 //    spool as one object (multipart, parts in parallel, memory bounded by
@@ -50,6 +50,10 @@ class S3Env : public Env {
   Result<std::string> DataPrefixOf(const std::string& bucket, const std::string& iter_key);
 
  private:
+  // HEAD of *key, or of the same name under the committed data prefix when
+  // *key is iter_N/<name> and absent (then *key is changed to it).
+  Result<ObjectInfo> HeadFollowing(const std::string& bucket, std::string* key);
+
   S3Client* client_;
   Env* spool_env_;
   std::string spool_dir_;
