@@ -14,6 +14,7 @@
 
 #include "ckpt/base/timeout.h"
 #include "ckpt/mpi/comm_mpi.h"
+#include "ckpt/mpi/launcher_term.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -106,6 +107,9 @@ std::string CommandName(const CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace ckpt::cli;
+  // mpirun's SIGTERM after a node loss waits for the command's own deadlines,
+  // which name the lost ranks and host (launcher_term.h). First: before MPI starts threads.
+  ckpt::DeferLauncherTermination();
   CLI::App app{"ckpt: sharded checkpoint, reshard and reliability tool for Megatron-style training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ckpt " CKPT_VERSION);

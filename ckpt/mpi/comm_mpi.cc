@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "ckpt/mpi/arrival_lags.h"
+#include "ckpt/mpi/launcher_term.h"
 
 #include <algorithm>
 #include <atomic>
@@ -83,6 +84,7 @@ Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
 
 MpiSession::~MpiSession() {
   if (g_end_job_on_deadline && g_deadline_failed) return;  // EndJobIfHung aborts instead
+  if (LauncherTerminating()) return;  // the launcher ends the job; a lost node would block the finalize
   if (owns_ && !MpiFinalized()) MPI_Finalize();
 }
 
@@ -91,6 +93,11 @@ void NoteDeadlineFailed() { g_deadline_failed = true; }
 void SetEndJobOnDeadline(bool on) { g_end_job_on_deadline = on; }
 
 void EndJobIfHung(int exit_code) {
+  if (LauncherTerminating()) {  // the launcher is ending the job already (launcher_term.h)
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(exit_code);
+  }
   if (!g_end_job_on_deadline || !g_deadline_failed) return;
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -250,6 +257,7 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
     return Status::InvalidArgument("rank " + std::to_string(rank_) + ": message of " +
                                    std::to_string(msg.size()) + " bytes is too large in phase '" +
                                    std::string(phase) + "'");
+  NoteWait(rank_, phase, dsts, timeout);
   // One shared copy: it must outlive the requests even if we return early.
   auto buffer = std::make_shared<std::string>(msg);
   std::vector<MPI_Request> reqs(dsts.size(), MPI_REQUEST_NULL);
@@ -291,6 +299,7 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
 Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, int tag,
                                                   Clock::time_point deadline, Millis timeout,
                                                   std::string_view phase) {
+  NoteWait(rank_, phase, srcs, timeout);
   enum class State { kProbing, kReceiving, kDone };
   std::vector<State> state(srcs.size(), State::kProbing);
   std::vector<std::shared_ptr<std::string>> bufs(srcs.size());

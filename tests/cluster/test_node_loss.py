@@ -29,7 +29,9 @@ def start_job(c, out, cmd: list[str]) -> subprocess.Popen:
     """`ckpt ...` on n1:2,n2:2 from head; each rank writes its stderr to out/err.<rank> and its
     exit code to out/rc.<rank>."""
     out.mkdir(parents=True, exist_ok=True)
-    wrap = ('"$0" "$@" 2>"$OUT/err.$OMPI_COMM_WORLD_RANK"; '
+    # trap: mpirun SIGTERMs the survivors' process groups when it loses a node; this shell
+    # must outlive that to record the exit code (ckpt itself defers it, launcher_term.h).
+    wrap = ('trap : TERM; "$0" "$@" 2>"$OUT/err.$OMPI_COMM_WORLD_RANK"; '
             'echo $? >"$OUT/rc.$OMPI_COMM_WORLD_RANK"')
     # --enable-recovery: mpirun would otherwise kill the survivors itself once it notices a
     # daemon lost (~1 s after a node kill), before they can show what they noticed.
@@ -76,9 +78,14 @@ HOLD = {"write": ("point=env.pwrite rank=2 action=delay ms=4000", None),
         "tracker": ("point=step.tracker_update rank=0 action=delay ms=2000", "iter_0000002")}
 
 
-def held(root, phase: str) -> bool:
-    tmps = [n for n in os.listdir(root) if n.startswith(".iter_0000002.tmp-")]
+def held(root, out, phase: str) -> bool:
+    """The held rank logged its delay (fault_env: "delay at POINT") and the mark exists: a tmp
+    dir alone is not enough (it exists from 'begin', before the plan gather n2 must pass)."""
+    spec = dict(kv.split("=") for kv in HOLD[phase][0].split())
+    if f"delay at {spec['point']}" not in _text(out / f"err.{spec['rank']}"):
+        return False
     mark = HOLD[phase][1]
+    tmps = [n for n in os.listdir(root) if n.startswith(".iter_0000002.tmp-")]
     if mark is None:
         return bool(tmps)
     if mark.startswith("tmp/"):
@@ -88,11 +95,12 @@ def held(root, phase: str) -> bool:
 
 def node_fault(c, tmp_path, base, how: str, phase: str) -> dict:
     """One run: iteration 1 committed (a copy of `base`), the save of iteration 2 hit in `phase`."""
-    root, out = tmp_path / f"{how}-{phase}" / "root", tmp_path / f"{how}-{phase}" / "out"
+    run = _run_dir(tmp_path, f"{how}-{phase}")
+    root, out = run / "root", run / "out"
     out.mkdir(parents=True)
     shutil.copytree(base, root)
     p = start_save(c, root, out, 2, HOLD[phase][0])
-    assert wait_for(lambda: held(root, phase), 120), \
+    assert wait_for(lambda: held(root, out, phase), 120), \
         p.stdout.read().decode() if p.poll() is not None else "the save did not start"
     t0 = time.monotonic()
     c.kill("n2") if how == "kill" else c.partition("n2")
@@ -120,7 +128,7 @@ def node_fault(c, tmp_path, base, how: str, phase: str) -> dict:
         assert committed and rcs == {0: "0", 1: "0"}, row
     if how == "partition" and phase != "write":  # after the heal the next save commits (test time:
         # one partition before and one after the commit point show it)
-        p = start_save(c, root, tmp_path / f"{how}-{phase}" / "out3", 3)
+        p = start_save(c, root, run / "out3", 3)
         assert p.wait(timeout=180) == 0, p.stdout.read().decode()
         assert loads(root, 3)
     return row
@@ -128,7 +136,7 @@ def node_fault(c, tmp_path, base, how: str, phase: str) -> dict:
 
 def load_fault(c, tmp_path, base) -> dict:
     """Node n2 SIGKILLed while rank 2 is held in its first read of a load of iteration 1."""
-    out = tmp_path / "kill-load" / "out"
+    out = _run_dir(tmp_path, "kill-load") / "out"
     p = start_job(c, out, [CKPT, "load", "--root", str(base), "--iter", "1", "--layout", "tp=2,pp=2",
                            "--timeout-ms", str(DEADLINE_MS), "--no-progress",
                            "--faults", "point=env.pread rank=2 action=delay ms=4000"])
@@ -171,6 +179,14 @@ def slow_link(c, tmp_path, base) -> dict:
     assert link and link["host"] == "n2" and link["rank"] in (2, 3) and link["phase"] == "vote", report
     assert loads(root, 2)
     return {"shaped": shaped, "seconds": report["seconds"], **link}
+
+
+def _run_dir(tmp_path, name: str):
+    """A fresh directory per run (a fault and phase may run several times)."""
+    i = 1
+    while (tmp_path / f"{name}.{i}").exists():
+        i += 1
+    return tmp_path / f"{name}.{i}"
 
 
 def _text(path) -> str:
