@@ -210,6 +210,12 @@ std::vector<std::string> MpiComm::GatherHosts(MPI_Comm comm) {
   return hosts;
 }
 
+void MpiComm::NoteLost(const std::vector<int>& ranks) {
+  if (!g_end_job_on_deadline) return;
+  for (int r : ranks)
+    if (!Lost(r)) lost_.push_back(r);
+}
+
 void MpiComm::Reap() {
   std::erase_if(pending_, [](Pending& p) {
     int done = 0;
@@ -261,15 +267,21 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
   // One shared copy: it must outlive the requests even if we return early.
   auto buffer = std::make_shared<std::string>(msg);
   std::vector<MPI_Request> reqs(dsts.size(), MPI_REQUEST_NULL);
+  std::vector<int> skipped;  // presumed lost (NoteLost): never sent to, reported as not taken
   Status st;
-  for (size_t i = 0; i < dsts.size() && st.ok(); ++i)
+  for (size_t i = 0; i < dsts.size() && st.ok(); ++i) {
+    if (Lost(dsts[i])) {
+      skipped.push_back(dsts[i]);
+      continue;
+    }
     st = MpiStatus(
         MPI_Isend(buffer->data(), int(buffer->size()), MPI_BYTE, dsts[i], tag, comm_, &reqs[i]),
         "MPI_Isend");
+  }
   // MPI_Testsome (not Testall, which is all-or-nothing) nulls each finished
   // request, so on timeout the live ones name exactly the ranks missing.
   std::vector<int> done_idx(reqs.size());
-  size_t left = reqs.size();
+  size_t left = reqs.size() - skipped.size();
   Backoff backoff;
   while (st.ok() && left > 0) {
     int n_done = 0;
@@ -284,12 +296,14 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
     if (Clock::now() >= deadline) {
       std::vector<int> missing;
       for (size_t i = 0; i < reqs.size(); ++i)
-        if (reqs[i] != MPI_REQUEST_NULL) missing.push_back(dsts[i]);
+        if (reqs[i] != MPI_REQUEST_NULL || Lost(dsts[i])) missing.push_back(dsts[i]);
+      NoteLost(missing);
       st = TimeoutStatus("message not taken by", missing, timeout, phase);
       break;
     }
     backoff.Wait();
   }
+  if (st.ok() && !skipped.empty()) st = TimeoutStatus("message not taken by", skipped, timeout, phase);
   // Completed requests are MPI_REQUEST_NULL; hand the rest, with the buffer, to pending_.
   for (MPI_Request r : reqs)
     if (r != MPI_REQUEST_NULL) pending_.push_back({r, buffer});
@@ -339,6 +353,7 @@ Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, 
       std::vector<int> missing;
       for (size_t i = 0; i < srcs.size(); ++i)
         if (state[i] != State::kDone) missing.push_back(srcs[i]);
+      NoteLost(missing);
       st = TimeoutStatus("no answer from", missing, timeout, phase);
       break;
     }

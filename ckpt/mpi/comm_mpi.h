@@ -30,6 +30,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -145,6 +146,15 @@ class MpiComm final : public Comm {
   Status TimeoutStatus(std::string_view what, const std::vector<int>& ranks, Millis timeout,
                        std::string_view phase) const;
   void Reap();  // drops completed leftovers
+  // SetEndJobOnDeadline processes only (the job ends after a deadline
+  // failure): ranks a call timed out on are presumed lost and later sends skip
+  // them - root's failure broadcast included. A send to a dead node's rank
+  // makes OpenMPI's TCP transport fail the connect and abort this process
+  // inside MPI (PMIx_Abort), which blocked forever in ~1 of 10 node-kill runs
+  // before this rank could print what it saw. A library user keeps sending:
+  // a late rank may come back.
+  void NoteLost(const std::vector<int>& ranks);
+  bool Lost(int r) const { return std::find(lost_.begin(), lost_.end(), r) != lost_.end(); }
 
   MPI_Comm comm_;
   int rank_;
@@ -154,6 +164,7 @@ class MpiComm final : public Comm {
   int tag_limit_;  // tags used are in [0, tag_limit_)
   uint64_t seq_ = 0;
   std::vector<Pending> pending_;
+  std::vector<int> lost_;  // NoteLost
 };
 
 // "<what> failed: <MPI error string>" as Status::Internal; OK for MPI_SUCCESS.
