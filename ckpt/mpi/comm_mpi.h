@@ -72,10 +72,9 @@ class MpiSession {
 //    node cut off by a partition: OpenMPI waits for its daemon); a watchdog
 //    thread then ends this process with `code` after kAbortGrace, so every
 //    surviving rank exits within its deadline failure + kAbortGrace. mpirun
-//    itself only learns that a daemon is unreachable from TCP keepalive
-//    (OpenMPI 4.1 defaults: 300 s idle + 9 probes x 20 s); pass e.g.
-//    `--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1
-//    --mca oob_tcp_keepalive_probes 3` (README "Across hosts").
+//    itself did not end within 60 s of a partition, with or without
+//    `--mca oob_tcp_keepalive_time 5 ... intvl 1 ... probes 3` (measured,
+//    README "Across hosts"): bound the launcher with a time limit.
 // Off by default: a library user may resynchronise after a timeout.
 bool MpiDeadlineFailed();
 // Records a deadline failure noticed above the comm (a save whose rank made
