@@ -212,8 +212,16 @@ std::vector<std::string> MpiComm::GatherHosts(MPI_Comm comm) {
 
 void MpiComm::NoteLost(const std::vector<int>& ranks) {
   if (!g_end_job_on_deadline) return;
-  for (int r : ranks)
+  const std::string& me = hosts_.empty() ? std::string() : hosts_[size_t(rank_)];
+  for (int r : ranks) {
     if (!Lost(r)) lost_.push_back(r);
+    // A rank silent on another host: that host is presumed lost, with every rank on it (the
+    // dead node's rank that did answer before it died is no safer to send to).
+    const std::string h = host(r);
+    if (h.empty() || h == me) continue;
+    for (int o = 0; o < size_; ++o)
+      if (o != rank_ && host(o) == h && !Lost(o)) lost_.push_back(o);
+  }
 }
 
 void MpiComm::Reap() {

@@ -147,7 +147,9 @@ class MpiComm final : public Comm {
   void Reap();  // drops completed leftovers
   // SetEndJobOnDeadline processes only (the job ends after a deadline
   // failure): ranks a call timed out on are presumed lost and later sends skip
-  // them - root's failure broadcast included. A send to a dead node's rank
+  // them - root's failure broadcast included - and so are the other ranks on
+  // a silent rank's host when that is not this rank's host (a node lost: in a
+  // vote kill, rank 3 on n2 had answered before n2 died). A send to a dead node's rank
   // makes OpenMPI's TCP transport fail the connect and abort this process
   // inside MPI (PMIx_Abort), which blocked forever in ~1 of 10 node-kill runs
   // before this rank could print what it saw. A library user keeps sending:
