@@ -16,6 +16,7 @@
 
 #include "ckpt/base/timeout.h"
 #include "ckpt/mpi/comm_mpi.h"
+#include "ckpt/mpi/launcher_term.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/storage/s3/s3_storage.h"
 #include "cli/commands.h"
@@ -98,6 +99,9 @@ ProductFlags RegisterProduct(CLI::App& app, Status* outcome) {
 
 int CliMain(int argc, char** argv, const Program& program) {
   CLI::App app{program.about};
+  // mpirun's SIGTERM after a node loss waits for the command's own deadlines,
+  // which name the lost ranks and host (launcher_term.h). First: before MPI starts threads.
+  ckpt::DeferLauncherTermination();
   app.require_subcommand(1);
   app.set_version_flag("--version", program.name + " " CKPT_VERSION);
   // A collective that failed by its deadline ends the whole job (comm_mpi.h).

@@ -284,7 +284,10 @@ class Cluster:
                 "--host", ",".join(f"{n}:{k}" for n, k in hosts.items()),
                 "--mca", "plm_rsh_agent", self.rsh_agent(),
                 "--mca", "oob_tcp_if_include", f"{SUBNET}.0/24",
-                "--mca", "btl_tcp_if_include", f"{SUBNET}.0/24", "--mca", "btl", "tcp,self"]
+                "--mca", "btl_tcp_if_include", f"{SUBNET}.0/24", "--mca", "btl", "tcp,self",
+                # a node lost: mpirun SIGTERMs the survivors, which then still need up to 2 x
+                # their deadline + 1 s to name it (ckpt/mpi/launcher_term.h); SIGKILL only after
+                "--mca", "odls_base_sigkill_timeout", "30"]
 
     # ---- faults ----
     def _kill_procs(self, node: str) -> None:

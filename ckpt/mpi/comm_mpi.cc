@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "ckpt/mpi/arrival_lags.h"
+#include "ckpt/mpi/launcher_term.h"
 
 #include <algorithm>
 #include <atomic>
@@ -83,6 +84,7 @@ Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
 
 MpiSession::~MpiSession() {
   if (g_end_job_on_deadline && g_deadline_failed) return;  // EndJobIfHung aborts instead
+  if (LauncherTerminating()) return;  // the launcher ends the job; a lost node would block the finalize
   if (owns_ && !MpiFinalized()) MPI_Finalize();
 }
 
@@ -91,6 +93,11 @@ void NoteDeadlineFailed() { g_deadline_failed = true; }
 void SetEndJobOnDeadline(bool on) { g_end_job_on_deadline = on; }
 
 void EndJobIfHung(int exit_code) {
+  if (LauncherTerminating()) {  // the launcher is ending the job already (launcher_term.h)
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(exit_code);
+  }
   if (!g_end_job_on_deadline || !g_deadline_failed) return;
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -203,6 +210,20 @@ std::vector<std::string> MpiComm::GatherHosts(MPI_Comm comm) {
   return hosts;
 }
 
+void MpiComm::NoteLost(const std::vector<int>& ranks) {
+  if (!g_end_job_on_deadline) return;
+  const std::string& me = hosts_.empty() ? std::string() : hosts_[size_t(rank_)];
+  for (int r : ranks) {
+    if (!Lost(r)) lost_.push_back(r);
+    // A rank silent on another host: that host is presumed lost, with every rank on it (the
+    // dead node's rank that did answer before it died is no safer to send to).
+    const std::string h = host(r);
+    if (h.empty() || h == me) continue;
+    for (int o = 0; o < size_; ++o)
+      if (o != rank_ && host(o) == h && !Lost(o)) lost_.push_back(o);
+  }
+}
+
 void MpiComm::Reap() {
   std::erase_if(pending_, [](Pending& p) {
     int done = 0;
@@ -250,18 +271,25 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
     return Status::InvalidArgument("rank " + std::to_string(rank_) + ": message of " +
                                    std::to_string(msg.size()) + " bytes is too large in phase '" +
                                    std::string(PhaseName(phase)) + "'");
+  NoteWait(rank_, phase, dsts, timeout);
   // One shared copy: it must outlive the requests even if we return early.
   auto buffer = std::make_shared<std::string>(msg);
   std::vector<MPI_Request> reqs(dsts.size(), MPI_REQUEST_NULL);
+  std::vector<int> skipped;  // presumed lost (NoteLost): never sent to, reported as not taken
   Status st;
-  for (size_t i = 0; i < dsts.size() && st.ok(); ++i)
+  for (size_t i = 0; i < dsts.size() && st.ok(); ++i) {
+    if (Lost(dsts[i])) {
+      skipped.push_back(dsts[i]);
+      continue;
+    }
     st = MpiStatus(
         MPI_Isend(buffer->data(), int(buffer->size()), MPI_BYTE, dsts[i], tag, comm_, &reqs[i]),
         "MPI_Isend");
+  }
   // MPI_Testsome (not Testall, which is all-or-nothing) nulls each finished
   // request, so on timeout the live ones name exactly the ranks missing.
   std::vector<int> done_idx(reqs.size());
-  size_t left = reqs.size();
+  size_t left = reqs.size() - skipped.size();
   Backoff backoff;
   while (st.ok() && left > 0) {
     int n_done = 0;
@@ -276,12 +304,14 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
     if (Clock::now() >= deadline) {
       std::vector<int> missing;
       for (size_t i = 0; i < reqs.size(); ++i)
-        if (reqs[i] != MPI_REQUEST_NULL) missing.push_back(dsts[i]);
+        if (reqs[i] != MPI_REQUEST_NULL || Lost(dsts[i])) missing.push_back(dsts[i]);
+      NoteLost(missing);
       st = TimeoutStatus("message not taken by", missing, timeout, phase);
       break;
     }
     backoff.Wait();
   }
+  if (st.ok() && !skipped.empty()) st = TimeoutStatus("message not taken by", skipped, timeout, phase);
   // Completed requests are MPI_REQUEST_NULL; hand the rest, with the buffer, to pending_.
   for (MPI_Request r : reqs)
     if (r != MPI_REQUEST_NULL) pending_.push_back({r, buffer});
@@ -291,6 +321,7 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
 Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, int tag,
                                                   Clock::time_point deadline, Millis timeout,
                                                   Phase phase) {
+  NoteWait(rank_, phase, srcs, timeout);
   enum class State { kProbing, kReceiving, kDone };
   std::vector<State> state(srcs.size(), State::kProbing);
   std::vector<std::shared_ptr<std::string>> bufs(srcs.size());
@@ -330,6 +361,7 @@ Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, 
       std::vector<int> missing;
       for (size_t i = 0; i < srcs.size(); ++i)
         if (state[i] != State::kDone) missing.push_back(srcs[i]);
+      NoteLost(missing);
       st = TimeoutStatus("no answer from", missing, timeout, phase);
       break;
     }

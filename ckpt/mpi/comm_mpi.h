@@ -30,6 +30,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -71,10 +72,9 @@ class MpiSession {
 //    node cut off by a partition: OpenMPI waits for its daemon); a watchdog
 //    thread then ends this process with `code` after kAbortGrace, so every
 //    surviving rank exits within its deadline failure + kAbortGrace. mpirun
-//    itself only learns that a daemon is unreachable from TCP keepalive
-//    (OpenMPI 4.1 defaults: 300 s idle + 9 probes x 20 s); pass e.g.
-//    `--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1
-//    --mca oob_tcp_keepalive_probes 3` (README "Across hosts").
+//    itself did not end within 60 s of a partition, with or without
+//    `--mca oob_tcp_keepalive_time 5 ... intvl 1 ... probes 3` (measured,
+//    README "Across hosts"): bound the launcher with a time limit.
 // Off by default: a library user may resynchronise after a timeout.
 bool MpiDeadlineFailed();
 // Records a deadline failure noticed above the comm (a save whose rank made
@@ -145,6 +145,17 @@ class MpiComm final : public Comm {
   Status TimeoutStatus(std::string_view what, const std::vector<int>& ranks, Millis timeout,
                        Phase phase) const;
   void Reap();  // drops completed leftovers
+  // SetEndJobOnDeadline processes only (the job ends after a deadline
+  // failure): ranks a call timed out on are presumed lost and later sends skip
+  // them - root's failure broadcast included - and so are the other ranks on
+  // a silent rank's host when that is not this rank's host (a node lost: in a
+  // vote kill, rank 3 on n2 had answered before n2 died). A send to a dead node's rank
+  // makes OpenMPI's TCP transport fail the connect and abort this process
+  // inside MPI (PMIx_Abort), which blocked forever in ~1 of 10 node-kill runs
+  // before this rank could print what it saw. A library user keeps sending:
+  // a late rank may come back.
+  void NoteLost(const std::vector<int>& ranks);
+  bool Lost(int r) const { return std::find(lost_.begin(), lost_.end(), r) != lost_.end(); }
 
   MPI_Comm comm_;
   int rank_;
@@ -154,6 +165,7 @@ class MpiComm final : public Comm {
   int tag_limit_;  // tags used are in [0, tag_limit_)
   uint64_t seq_ = 0;
   std::vector<Pending> pending_;
+  std::vector<int> lost_;  // NoteLost
 };
 
 // "<what> failed: <MPI error string>" as Status::Internal; OK for MPI_SUCCESS.

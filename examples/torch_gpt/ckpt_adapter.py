@@ -44,11 +44,14 @@ def torch_state(job, ckpt, rng: bool = True, iterator: bool = True):
     return ckpt.TorchState(job.model, job.opt, extra=extra, extra_prefix="", rng=False, tp=tp, keys=checkpoint_key)
 
 
-def save(job, ckpt, state, root: str, comm=None, is_async: bool = False, compress=None):
+def save(job, ckpt, state, root: str, comm=None, is_async: bool = False, compress=None, timeout=None):
     """ckpt.save_state (or async_save_state, returning its handle) at the job's
-    iteration, with the GPT config and layout in the metadata."""
+    iteration, with the GPT config and layout in the metadata; `timeout`: ckpt's
+    collective deadline in seconds (None: ckpt's default, 60 s)."""
     fn = ckpt.async_save_state if is_async else ckpt.save_state
     kwargs = {"compress": compress} if compress else {}
+    if timeout is not None:
+        kwargs["timeout"] = timeout
     return fn(state, root, job.iteration, comm=comm, metadata=checkpoint_metadata(job.model_cfg, job.ps),
               layout=job.ps.layout_json(), **kwargs)
 

@@ -107,8 +107,9 @@ def saved_layout(ckpt, root: str, iteration=None) -> dict:
 
 class Checkpointer:
     def __init__(self, ps, *, save_dir=None, interval=0, async_save=False, comm="torch",
-                 stats_log=None, compress=None):
+                 stats_log=None, compress=None, timeout=None):
         self.ps = ps
+        self.timeout = timeout  # ckpt's collective deadline, seconds (None: its default)
         self.save_dir, self.interval, self.async_save = save_dir, interval, async_save
         self.compress = compress
         self.ckpt = import_ckpt()
@@ -170,7 +171,7 @@ class Checkpointer:
         _barrier(self.ps)
         t0 = time.perf_counter()
         result = ckpt_adapter.save(job, self.ckpt, state, root, self.comm, is_async=is_async,
-                                   compress=self.compress)
+                                   compress=self.compress, timeout=self.timeout)
         blocking = time.perf_counter() - t0
         rec = {"op": "async_save" if is_async else "save", "iteration": job.iteration,
                "root": root, "bytes": int(_sum_over_ranks(nbytes, self.ps)),

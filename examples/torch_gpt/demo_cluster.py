@@ -31,7 +31,8 @@ import cluster as cl  # noqa: E402
 from cluster_launch import TorchJob  # noqa: E402
 
 TRAIN = [story.PYTHON, "-m", "torch_gpt.train"]
-SURVIVOR_WAIT_S = 90  # > ckpt's default 60 s collective deadline
+CKPT_TIMEOUT_S = 10  # the crashed job's ckpt deadline: its survivors name the lost node after it
+SURVIVOR_WAIT_S = 40  # > CKPT_TIMEOUT_S x 1.25 (a decision wait) + the exit
 
 
 def _args(argv):
@@ -64,8 +65,8 @@ def _finish(job: TorchJob, name: str, a) -> None:
 
 def crash(c, a, root: str) -> dict:
     """Starts the async-saving job, kills n2 mid-save, times the survivors on n1."""
-    job = _job(c, a, "crash", {"n1": 2, "n2": 2}, ["--save", root, "--save-interval",
-                                                   str(a.interval), "--async-save"], 29662)
+    job = _job(c, a, "crash", {"n1": 2, "n2": 2}, ["--save", root, "--save-interval", str(a.interval),
+                                                   "--async-save", "--ckpt-timeout", str(CKPT_TIMEOUT_S)], 29662)
     deadline, caught = time.monotonic() + 600, None
     while caught is None and None in job.poll():
         if time.monotonic() > deadline:
@@ -90,6 +91,7 @@ def crash(c, a, root: str) -> dict:
     caught["committed"] = story.committed_iterations(root)
     lines = open(os.path.join(a.out, "crash.out")).read().splitlines()
     caught["survivor_errors"] = [ln for ln in lines if "rror" in ln][-3:]
+    caught["lost_named"] = any("rank(s) 2" in ln and "on host 'n2'" in ln for ln in lines)
     return caught
 
 

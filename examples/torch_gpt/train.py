@@ -137,7 +137,7 @@ def checkpointer(a: argparse.Namespace, ps: ParallelState):
         return None
     from .ckpt_io import Checkpointer
     return Checkpointer(ps, save_dir=a.save, interval=a.save_interval, async_save=a.async_save,
-                        comm=a.ckpt_comm, stats_log=a.ckpt_stats)
+                        comm=a.ckpt_comm, stats_log=a.ckpt_stats, timeout=a.ckpt_timeout)
 
 
 def periodic_save(ck, job: Job, a: argparse.Namespace) -> None:
@@ -184,6 +184,9 @@ def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namesp
                    help="right after loading, save the loaded state here (fingerprint check)")
     c.add_argument("--ckpt-comm", default="torch", help="ckpt control plane: torch | mpi")
     c.add_argument("--ckpt-stats", default=None, help="rank 0 appends one JSON line per save/load")
+    c.add_argument("--ckpt-timeout", type=float, default=None,
+                   help="ckpt's collective deadline for saves, seconds (default ckpt's 60): how long the "
+                        "survivors of a lost node wait before naming the lost ranks and their hosts")
     a = ap.parse_args(argv)
     m = preset(a.model)
     m.tied_embeddings = a.tied

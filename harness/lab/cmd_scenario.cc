@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/mpi/launcher_term.h"
 #include "cli/commands.h"
 #include "harness/lab/lab_commands.h"
 
@@ -81,6 +82,7 @@ Status RunScenario(const std::vector<std::string>& args) {
   c.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
+  RestoreSignalMaskForExec();  // the runner keeps the default SIGTERM (launcher_term.h)
   execv(python.c_str(), c.data());
   const std::string why = std::strerror(errno);
   std::fprintf(stderr, "ckpt scenario: cannot execute %s: %s\n", python.c_str(), why.c_str());

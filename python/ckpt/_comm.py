@@ -8,7 +8,10 @@ ckpt.TorchComm() torch.distributed: the collectives run over the process
                  group's c10d store (TCPStore, FileStore, ...) with the Comm
                  contract of ckpt/base/comm.h: every call has a deadline, and a
                  rank that does not answer in time fails the call with a
-                 CkptTimeoutError naming that rank and the phase. The store is
+                 CkptTimeoutError naming that rank, its host and the phase
+                 (as fields too: missing_ranks, missing_hosts, missing_phase;
+                 each rank registers its hostname in the store when the
+                 TorchComm is made). The store is
                  used rather than gloo collectives because a store key says
                  *which* rank is missing and is polled without blocking; gloo
                  collectives have one group-wide timeout and cannot name the
@@ -19,6 +22,7 @@ save uses its own comm (a duplicate), so its background thread never shares
 one with the caller.
 """
 import atexit
+import socket
 import threading
 import time
 
@@ -111,8 +115,29 @@ class _StoreComm:
     counter; the receiver polls its counter and, at the deadline, the flags
     name the ranks whose messages are missing. The reader deletes what it read."""
 
-    def __init__(self, rank, size, store, prefix):
+    def __init__(self, rank, size, store, prefix, hosts_prefix=None):
         self.rank, self.size, self._store, self._prefix, self._seq = rank, size, store, prefix, 0
+        self._hosts_prefix, self._hosts = hosts_prefix or prefix, {}
+
+    def register_host(self):
+        """Publishes this rank's hostname (host(rank) on every other rank)."""
+        self._hosts[self.rank] = socket.gethostname()
+        key = f"{self._hosts_prefix}/host/{self.rank}"
+        self._op("init", self._store.set, key, self._hosts[self.rank])
+        self._op("init", self._store.add, key + "/r", 1)  # readable without waiting (host())
+
+    def host(self, rank):
+        """The host `rank` registered ("" where unknown); never waits: a key not
+        there yet (or a store gone) reads as unknown."""
+        if rank not in self._hosts:
+            key = f"{self._hosts_prefix}/host/{rank}"
+            try:
+                if self._store.add(key + "/r", 0) == 0:  # add never blocks; get would
+                    return ""
+                self._hosts[rank] = self._store.get(key).decode(errors="replace")
+            except RuntimeError:
+                return ""
+        return self._hosts[rank]
 
     def _next(self):
         self._seq += 1
@@ -141,10 +166,14 @@ class _StoreComm:
         pause = 5e-5
         while self._op(phase, self._store.add, counter, 0) < want:
             if time.monotonic() > deadline:
-                missing = [r for k, r in senders.items() if self._op(phase, self._store.add, k + "/r", 0) == 0]
-                ranks = ",".join(str(r) for r in sorted(missing)) or "?"
+                missing = sorted(r for k, r in senders.items() if self._op(phase, self._store.add, k + "/r", 0) == 0)
+                hosts = [self.host(r) for r in missing]
+                where = ", ".join(f"rank {r} on host '{h or '?'}'" for r, h in zip(missing, hosts))
+                ranks = ", ".join(str(r) for r in missing) or "?"
                 raise CkptTimeoutError(f"rank {self.rank}: {what} rank(s) {ranks} within "
-                                       f"{int(timeout * 1000)} ms in phase '{phase}'")
+                                       f"{int(timeout * 1000)} ms in phase '{phase}' ({where})",
+                                       rank=self.rank, phase=phase, missing_ranks=missing, missing_hosts=hosts,
+                                       missing_phase=phase)
             time.sleep(pause)
             pause = min(pause * 2, 2e-3)
 
@@ -224,12 +253,14 @@ class TorchComm(_StoreComm):
         name = "-".join(map(str, ranks)) if len(ranks) < 16 else f"{ranks[0]}x{len(ranks)}"
         super().__init__(dist.get_rank(process_group), dist.get_world_size(process_group), store,
                          f"{prefix}/{name}")
+        self.register_host()
         self._handle = _ckpt.callback_comm(self)
         self._async = None
 
     def _async_handle(self):
         if self._async is None:
-            self._async = _StoreComm(self.rank, self.size, self._store, self._prefix + "/async")
+            self._async = _StoreComm(self.rank, self.size, self._store, self._prefix + "/async", self._prefix)
+            self._async._hosts = self._hosts  # one registry: the hosts of this group
             self._async._handle = _ckpt.callback_comm(self._async)
         return self._async._handle
 

@@ -12,13 +12,20 @@ Every failure of the C++ library reaches Python as a CkptError with
            else the API call ("save", "load", "async_save", ...)
   .message the library's message (names file, tensor, rank and phase)
   .reporting_rank / .op  the process that raised it and its API call.
+  .missing_ranks / .missing_hosts / .missing_phase  for a deadline failure
+           (Timeout, or its relay): the ranks not heard from, the host each
+           ran on ("" where unknown) and the phase (Status::missing(), typed;
+           empty lists otherwise).
 """
 
 class CkptError(RuntimeError):
     code = "Internal"
 
-    def __init__(self, message, code=None, rank=-1, phase="", reporting_rank=-1, op="", status_code=None):
+    def __init__(self, message, code=None, rank=-1, phase="", reporting_rank=-1, op="", status_code=None,
+                 missing_ranks=(), missing_hosts=(), missing_phase=""):
         super().__init__(message)
+        self.missing_ranks, self.missing_hosts = list(missing_ranks), list(missing_hosts)
+        self.missing_phase = missing_phase
         if code is not None:
             self.code = code
         self.status_code = status_code or self.code
@@ -34,7 +41,7 @@ class CkptError(RuntimeError):
 
     def __reduce__(self):  # picklable (torch.multiprocessing, mpi4py)
         return (_rebuild, (self.status_code, self.message, self.rank, self.phase, self.reporting_rank, self.op,
-                           self.code))
+                           self.code, (self.missing_ranks, self.missing_hosts, self.missing_phase)))
 
 
 class InvalidArgumentError(CkptError, ValueError):
@@ -94,8 +101,8 @@ _BY_CODE = {c.code: c for c in (InvalidArgumentError, NotFoundError, AlreadyExis
                                 OutcomeUnknownError)}
 
 
-def _rebuild(code, message, rank, phase, reporting_rank, op, cause=None):
-    return make_error(code, message, reporting_rank, op, rank, phase, cause)
+def _rebuild(code, message, rank, phase, reporting_rank, op, cause=None, missing=None):
+    return make_error(code, message, reporting_rank, op, rank, phase, cause, missing)
 
 
 # The library names its options the CLI's way and the C++ way; a Python
@@ -104,13 +111,16 @@ _PY_TERMS = (("--allow-older / SaveOptions::allow_older", "allow_older=True"),
              ("train --resume, load of the latest", "ckpt.load with iteration=None"))
 
 
-def make_error(code, message, reporting_rank, op, origin_rank=-1, phase="", cause=None):
+def make_error(code, message, reporting_rank, op, origin_rank=-1, phase="", cause=None, missing=None):
     """The exception for a failed ckpt Status (called by the extension): the
     class of its cause's code (Status::cause(): the failure an Aborted status
-    relays, else `code` itself), the message in Python's terms."""
+    relays, else `code` itself), the message in Python's terms; `missing`:
+    (ranks, hosts, phase) of Status::missing()."""
     for cli, py in _PY_TERMS:
         message = message.replace(cli, py)
     cause = cause or code
     cls = _BY_CODE.get(cause, CkptError)
+    ranks, hosts, missing_phase = missing or ((), (), "")
     return cls(message, code=cause, rank=origin_rank if origin_rank >= 0 else reporting_rank,
-               phase=phase or op, reporting_rank=reporting_rank, op=op, status_code=code)
+               phase=phase or op, reporting_rank=reporting_rank, op=op, status_code=code,
+               missing_ranks=ranks, missing_hosts=hosts, missing_phase=missing_phase)

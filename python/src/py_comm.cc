@@ -19,7 +19,19 @@ Status StatusOfPython(pyb::error_already_set& e) {
       if (CodeName(Code(c)) == name) code = Code(c);
   }
   std::string text = pyb::hasattr(e.value(), "message") ? pyb::str(e.value().attr("message")) : pyb::str(e.value());
-  return Status(code, text);
+  Status st(code, text);
+  // A deadline failure names its missing peers as fields (ckpt.TorchComm:
+  // missing_ranks, missing_hosts, missing_phase): the same typed MissingPeers
+  // an MpiComm timeout carries, so reports and checks never parse the text.
+  if (pyb::hasattr(e.value(), "missing_ranks")) {
+    MissingPeers peers;
+    for (auto r : e.value().attr("missing_ranks")) peers.ranks.push_back(r.cast<int>());
+    if (pyb::hasattr(e.value(), "missing_hosts"))
+      for (auto h : e.value().attr("missing_hosts")) peers.hosts.push_back(pyb::str(h));
+    if (pyb::hasattr(e.value(), "missing_phase")) peers.phase = pyb::str(e.value().attr("missing_phase"));
+    if (!peers.empty()) st = st.WithMissing(std::move(peers));
+  }
+  return st;
 }
 
 double Seconds(Millis t) { return double(t.count()) / 1000.0; }
@@ -41,6 +53,18 @@ pyb::list AsBytesList(const std::vector<std::string>& parts) {
 CallbackComm::CallbackComm(pyb::object impl) : impl_(std::move(impl)) {
   rank_ = impl_.attr("rank").cast<int>();
   size_ = impl_.attr("size").cast<int>();
+}
+
+std::string CallbackComm::host(int r) const {
+  if (r < 0 || r >= size_) return "";
+  pyb::gil_scoped_acquire gil;
+  try {
+    if (!pyb::hasattr(impl_, "host")) return "";
+    pyb::object h = impl_.attr("host")(r);
+    return h.is_none() ? std::string() : h.cast<std::string>();
+  } catch (pyb::error_already_set&) {
+    return "";  // unknown: the caller names the rank only
+  }
 }
 
 CallbackComm::~CallbackComm() {

@@ -5,7 +5,9 @@
 //   gather(mine: bytes, root: int, timeout_s: float, phase: str) -> list[bytes] (root) / None
 //   broadcast(msg: bytes, root: int, timeout_s: float, phase: str) -> bytes
 //   alltoall(out: list[bytes], timeout_s: float, phase: str) -> list[bytes]
-// and the attributes rank, size (read once). ckpt.TorchComm (python/ckpt/
+// and the attributes rank, size (read once); optionally host(rank) -> str | None
+// (Comm::host). An exception with `missing_ranks` (and `missing_hosts`,
+// `missing_phase`) becomes a Status with those as its typed MissingPeers. ckpt.TorchComm (python/ckpt/
 // _torch_comm.py) is one: it runs the collectives over torch.distributed's
 // store with per-call deadlines. A Python exception with a `code` attribute
 // naming a ckpt Code ("Timeout", "Aborted", ...) becomes a Status of that code
@@ -37,6 +39,7 @@ class CallbackComm final : public Comm {
   ~CallbackComm() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::string host(int r) const override;
   Result<std::vector<std::string>> Gather(const std::string& mine, int root, Millis timeout,
                                           Phase phase) override;
   Result<std::string> Broadcast(const std::string& msg, int root, Millis timeout, Phase phase) override;

@@ -40,8 +40,10 @@ pyb::object MakeError(const StatusError& e) {
   std::string phase;
   OriginOf(e.status, &origin, &phase);
   pyb::object make = pyb::module_::import("ckpt._errors").attr("make_error");
+  const MissingPeers& m = e.status.missing();  // the typed lost peers of a deadline failure
   return make(std::string(CodeName(e.status.code())), e.status.message(), e.rank, e.op, origin, phase,
-              std::string(CodeName(e.status.cause())));
+              std::string(CodeName(e.status.cause())),
+              pyb::make_tuple(pyb::cast(m.ranks), pyb::cast(m.hosts), m.phase));
 }
 
 }  // namespace

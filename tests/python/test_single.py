@@ -472,3 +472,28 @@ def test_timeouts_are_checked_as_numbers(root):
         ckpt.async_save(sd, root, 1, timeout=float("inf")).wait(timeout=60)
     assert ckpt.save(sd, root, 1, timeout=0.5)["iteration"] == 1
     assert issubclass(ckpt.OutcomeUnknownError, ckpt.CkptError) and ckpt.OutcomeUnknownError.code == "OutcomeUnknown"
+
+
+def test_store_comm_timeout_names_missing_ranks_and_hosts(root):
+    """Issue 31: TorchComm's deadline failures carry the missing ranks and their hosts as
+    fields (each rank registers its hostname in the store), and the C++ side maps them to
+    the typed MissingPeers an MpiComm timeout carries: a save whose rank 1 never comes fails
+    with missing_ranks [1] and missing_hosts ['n9'] (before: no host, no fields)."""
+    import torch.distributed as dist
+    from ckpt import _ckpt
+    from ckpt._comm import _StoreComm
+    store = dist.HashStore()
+    comm = _StoreComm(0, 2, store, "t")
+    comm.register_host()
+    store.set("t/host/1", "n9")  # rank 1 "on host n9" registered (as register_host does), then lost
+    store.add("t/host/1/r", 1)
+    with pytest.raises(ckpt.CkptTimeoutError) as e:
+        comm.gather(b"x", 0, 0.2, "vote")
+    assert (e.value.missing_ranks, e.value.missing_hosts, e.value.missing_phase) == ([1], ["n9"], "vote")
+    assert "rank 1 on host 'n9'" in str(e.value), str(e.value)
+    comm._handle = _ckpt.callback_comm(comm)  # as TorchComm: ckpt's protocol over the store
+    sd = {"w": ckpt.ShardedTensor.from_rank_offsets("w", torch.zeros(4))}
+    with pytest.raises(ckpt.CkptTimeoutError) as e:
+        ckpt.save(sd, root, 1, comm=comm, timeout=0.3)
+    assert e.value.missing_ranks == [1] and e.value.missing_hosts == ["n9"] and e.value.missing_phase, \
+        (e.value.missing_ranks, e.value.missing_hosts, e.value.missing_phase, str(e.value))
