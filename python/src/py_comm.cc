@@ -28,7 +28,8 @@ Status StatusOfPython(pyb::error_already_set& e) {
     for (auto r : e.value().attr("missing_ranks")) peers.ranks.push_back(r.cast<int>());
     if (pyb::hasattr(e.value(), "missing_hosts"))
       for (auto h : e.value().attr("missing_hosts")) peers.hosts.push_back(pyb::str(h));
-    if (pyb::hasattr(e.value(), "missing_phase")) peers.phase = pyb::str(e.value().attr("missing_phase"));
+    if (pyb::hasattr(e.value(), "missing_phase"))  // the phase name this comm was called with
+      peers.phase = ParsePhase(std::string(pyb::str(e.value().attr("missing_phase")))).value_or(Phase::kNone);
     if (!peers.empty()) st = st.WithMissing(std::move(peers));
   }
   return st;

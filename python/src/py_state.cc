@@ -43,7 +43,7 @@ pyb::object MakeError(const StatusError& e) {
   const MissingPeers& m = e.status.missing();  // the typed lost peers of a deadline failure
   return make(std::string(CodeName(e.status.code())), e.status.message(), e.rank, e.op, origin, phase,
               std::string(CodeName(e.status.cause())),
-              pyb::make_tuple(pyb::cast(m.ranks), pyb::cast(m.hosts), m.phase));
+              pyb::make_tuple(pyb::cast(m.ranks), pyb::cast(m.hosts), std::string(PhaseName(m.phase))));
 }
 
 }  // namespace
