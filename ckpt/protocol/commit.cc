@@ -142,9 +142,4 @@ Status UpdateTracker(Storage* storage, int64_t iteration, const StepHook& hook) 
   return storage->WriteTracker(iteration, hook);
 }
 
-Status UpdateTracker(Env* env, const std::string& root, int64_t iteration, const StepHook& hook) {
-  CKPT_ASSIGN_OR_RETURN(auto storage, OpenRoot(env, root));
-  return UpdateTracker(storage.get(), iteration, hook);
-}
-
 }  // namespace ckpt

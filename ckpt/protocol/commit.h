@@ -46,9 +46,6 @@ Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Storage* storage, int64_t ite
 // The same on OpenRoot(env, root).
 Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Env* env, const std::string& root, int64_t iteration,
                                                    const StepHook& hook, bool allow_older = false);
-// The same on an open Storage (SaveOptions::storage: a backend a test chose).
-Result<std::unique_ptr<StagedSave>> PrepareSaveDir(Storage* storage, int64_t iteration, const StepHook& hook,
-                                                   bool allow_older = false);
 
 // Writes `tensors` (as main replicas) and `objects` into <tmp_dir>/rank_<r>.h5
 // and fsyncs it, every chunk hashed with opts.hash. Returns a one-file partial
