@@ -14,7 +14,7 @@
 //   - durability                       every OK below is durable (see each)
 // The protocol (ckpt/protocol) decides what to write (plans, shard files,
 // manifests, votes); it never renames, locks or lists a root itself.
-// tests/unit/storage_conformance.h is the executable form of this contract:
+// tests/support/storage_conformance.h is the executable form of this contract:
 // a backend is done when that suite passes over it (docs/STORAGE.md).
 //
 // Layout under a root (docs/FORMAT.md), the same on every backend:

@@ -2,7 +2,7 @@
 # Layout-invariant fingerprint with real jobs: one state saved at TP4xPP2 and at
 # TP2xPP1 fingerprints identically - for trained state (ckpt train, 3 steps)
 # and for the expected-value state of ckpt save, also after an offline reshard.
-# (The 1-ulp negative is in tests/unit/fingerprint_test.cc.) Reports timing.
+# (The 1-ulp negative is in tests/unit/protocol/fingerprint_test.cc.) Reports timing.
 set -euo pipefail
 ckpt=$1 scratch=$2
 rm -rf "$scratch" && mkdir -p "$scratch"

@@ -109,7 +109,7 @@ std::set<std::string> ExpectedKeys(const GptConfig& c) {
   std::set<std::string> keys = {"embedding.word_embeddings.weight",
                                 "decoder.final_layernorm.weight"};
   if (!c.tied_embeddings) keys.insert("output_layer.weight");
-  // The norms under MCore's keys (tests/unit/mcore_keys_test.cc derives them).
+  // The norms under MCore's keys (tests/unit/reshard/mcore_keys_test.cc derives them).
   std::vector<std::string> names = {"self_attention.linear_qkv.layer_norm_weight",
                                     "self_attention.linear_qkv.weight",
                                     "self_attention.linear_proj.weight",

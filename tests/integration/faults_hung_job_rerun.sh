@@ -2,7 +2,7 @@
 # The campaign's re-run rule (faults/campaign_internal.h RunOneJob): a faulted
 # job that outlives its limit is re-run once and the re-run's outcome counts
 # (mpirun 4.1 once did not exit 39 s after every rank had reported, 1 of 190).
-#   faults_rerun.sh <ckpt-binary> <scratch-dir>
+#   faults_hung_job_rerun.sh <ckpt-binary> <scratch-dir>
 # The jobs go through an mpirun wrapper whose first faulted job (the first
 # command line with --spec) hangs; every other job runs normally. Expected: the
 # campaign exits 0, reports that one run under `reruns`, judges the re-run
