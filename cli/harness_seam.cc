@@ -18,8 +18,9 @@ void InstallHarness(HarnessSeam seam) { Installed() = std::move(seam); }
 const HarnessSeam& Harness() { return Installed(); }
 
 Status NoHarness(const std::string& what) {
-  return Status::FailedPrecondition(what + " is a harness switch: run it with ckpt-lab (the build tree's "
-                                           "harness program), not the installed ckpt");
+  return Status::FailedPrecondition(what +
+                                    " is a harness switch: run it with ckpt-lab (the build tree's "
+                                    "harness program), not the installed ckpt");
 }
 
 }  // namespace ckpt::cli

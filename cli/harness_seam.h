@@ -28,7 +28,7 @@ struct JobFlags;  // cli/job_flags.h
 
 // --faults: the Env that injects a fault plan's faults and its protocol step hook.
 struct FaultRequest {
-  std::string plan;       // fault plan text (faults/fault_spec.h)
+  std::string plan;  // fault plan text (faults/fault_spec.h)
   int rank = 0;
   std::string root;       // the checkpoint root, for damage actions
   std::string event_log;  // "" or a file that gets one JSON line per fired fault

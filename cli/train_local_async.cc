@@ -39,8 +39,13 @@ Result<std::string> TrainSaver::SaveLocalAsync(workload::TrainWorkload& w, bool 
   lo.pinned = -1;  // the previous drain was joined above
   std::function<Result<SaveStats>()> drain;
   if (global) drain = MakeDrain(w, save_comm_.get());
-  rows_.push_back({{"tier", "local"}, {"iteration", it}, {"mode", "background"}, {"blocking_seconds", wait + snap},
-                   {"wait_previous_seconds", wait}, {"snapshot_seconds", snap}, {"state_bytes", live.TotalBytes()}});
+  rows_.push_back({{"tier", "local"},
+                   {"iteration", it},
+                   {"mode", "background"},
+                   {"blocking_seconds", wait + snap},
+                   {"wait_previous_seconds", wait},
+                   {"snapshot_seconds", snap},
+                   {"state_bytes", live.TotalBytes()}});
   local_row_ = int64_t(rows_.size()) - 1;
   if (global) {
     rows_.push_back({{"tier", "global"}, {"iteration", it}, {"drained_from", "local"}, {"mode", "background"}});
@@ -55,9 +60,10 @@ Result<std::string> TrainSaver::SaveLocalAsync(workload::TrainWorkload& w, bool 
     return job;
   });
   char line[200];
-  std::snprintf(line, sizeof line, "train: local save of iteration %lld: blocked %.3f ms (snapshot %.3f ms), %s\n",
-                static_cast<long long>(it), 1e3 * (wait + snap), 1e3 * snap,
-                global ? "write, replication and the global drain in the background" : "write and replication in the background");
+  std::snprintf(
+      line, sizeof line, "train: local save of iteration %lld: blocked %.3f ms (snapshot %.3f ms), %s\n",
+      static_cast<long long>(it), 1e3 * (wait + snap), 1e3 * snap,
+      global ? "write, replication and the global drain in the background" : "write and replication in the background");
   return log + line;
 }
 
@@ -81,16 +87,22 @@ Result<std::string> TrainSaver::JoinLocal(int64_t iteration_now) {
   const int64_t it = row["iteration"].get<int64_t>();
   CKPT_RETURN_IF_ERROR(job.local->status().WithContext("background local save of iteration " + std::to_string(it)));
   const LocalSaveStats& st = **job.local;
-  row.update({{"write_seconds", st.write_seconds}, {"replicate_seconds", st.replicate_seconds},
-              {"commit_seconds", st.commit_seconds}, {"save_seconds", st.seconds}, {"own_bytes", st.own_bytes},
-              {"network_bytes_sent", st.sent_bytes}, {"network_bytes_received", st.received_bytes},
-              {"buffer_bytes", st.buffer_bytes}, {"steps_until_join", iteration_now - it}});
+  row.update({{"write_seconds", st.write_seconds},
+              {"replicate_seconds", st.replicate_seconds},
+              {"commit_seconds", st.commit_seconds},
+              {"save_seconds", st.seconds},
+              {"own_bytes", st.own_bytes},
+              {"network_bytes_sent", st.sent_bytes},
+              {"network_bytes_received", st.received_bytes},
+              {"buffer_bytes", st.buffer_bytes},
+              {"steps_until_join", iteration_now - it}});
   std::string log = "train: local save of iteration " + std::to_string(it) + " committed on " +
                     std::to_string(local_->replicas) + " replica(s) in the background\n";
   if (!job.drain) return log;
   json& g = rows_[size_t(local_drain_row_)];
   CKPT_RETURN_IF_ERROR(job.drain->status());
-  g.update({{"save_seconds", (*job.drain)->seconds}, {"rank0_bytes", (*job.drain)->bytes_written},
+  g.update({{"save_seconds", (*job.drain)->seconds},
+            {"rank0_bytes", (*job.drain)->bytes_written},
             {"steps_until_join", iteration_now - it}});
   return log + "train: global save of iteration " + std::to_string(it) + " committed under " + base_.root + "\n" +
          Retain(**job.drain);

@@ -18,17 +18,45 @@ namespace ckpt {
 enum class Phase : uint8_t {
   kNone = 0,  // no phase recorded
   // save (ckpt/protocol/save.cc)
-  kValidate, kBegin, kPlan, kWrite, kVote, kCommit,
+  kValidate,
+  kBegin,
+  kPlan,
+  kWrite,
+  kVote,
+  kCommit,
   kNonFiniteGuard,  // a save refused because the state holds NaN/Inf
   kMemcpyBaseline,  // async save's memcpy reference
   // load
-  kLoad, kLoadShare, kStrict,
+  kLoad,
+  kLoadShare,
+  kStrict,
   // local tier (ckpt/protocol/local_tier.cc)
-  kLocalWrite, kLocalReplicate, kLocalReceive, kLocalCommit, kLocalMarker, kLocalMarked, kLocalRestore,
-  kTierCleanup, kTierGather, kRestoreHoldings, kRestoreFetch,
+  kLocalWrite,
+  kLocalReplicate,
+  kLocalReceive,
+  kLocalCommit,
+  kLocalMarker,
+  kLocalMarked,
+  kLocalRestore,
+  kTierCleanup,
+  kTierGather,
+  kRestoreHoldings,
+  kRestoreFetch,
   // jobs and training (ckpt/workload, cli)
-  kStart, kReport, kTrainReport, kKill, kCase, kExitSignal, kDpSum, kTpSum,
-  kResumeManifest, kResumeCheck, kResumeApply, kResumeTime, kBucketLayout, kOptimizerLayout,
+  kStart,
+  kReport,
+  kTrainReport,
+  kKill,
+  kCase,
+  kExitSignal,
+  kDpSum,
+  kTpSum,
+  kResumeManifest,
+  kResumeCheck,
+  kResumeApply,
+  kResumeTime,
+  kBucketLayout,
+  kOptimizerLayout,
   // transports
   kNcclInit,
   // a command ran and what it checked failed (cli: exit 1)

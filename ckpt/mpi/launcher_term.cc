@@ -42,13 +42,14 @@ void Watch(sigset_t set) {
   if (sigwait(&set, &sig) != 0) return;
   g_terminating = true;
   const Millis grace = TermGrace();
-  std::fprintf(stderr, "ckpt: %s: SIGTERM from the launcher (a node may be lost); the operation in flight may "
-               "take up to %lld ms more to end by its deadlines\n", Describe().c_str(),
-               static_cast<long long>(grace.count()));
+  std::fprintf(stderr,
+               "ckpt: %s: SIGTERM from the launcher (a node may be lost); the operation in flight may "
+               "take up to %lld ms more to end by its deadlines\n",
+               Describe().c_str(), static_cast<long long>(grace.count()));
   std::fflush(stderr);
   std::this_thread::sleep_for(grace);
-  std::fprintf(stderr, "ckpt: %s: did not end within %lld ms of SIGTERM; exiting with code 143\n",
-               Describe().c_str(), static_cast<long long>(grace.count()));
+  std::fprintf(stderr, "ckpt: %s: did not end within %lld ms of SIGTERM; exiting with code 143\n", Describe().c_str(),
+               static_cast<long long>(grace.count()));
   std::fflush(stderr);
   std::_Exit(128 + SIGTERM);
 }

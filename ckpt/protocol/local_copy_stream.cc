@@ -78,8 +78,8 @@ Status NextPiece(Stream* st, int64_t cap, std::string* piece) {
     const uint64_t n = std::min<uint64_t>(uint64_t(cap) - piece->size(), st->sizes[st->file] - st->offset);
     const size_t at = piece->size();
     piece->resize(at + n);
-    CKPT_ASSIGN_OR_RETURN(size_t got, st->files[st->file]->PRead(st->offset, std::as_writable_bytes(
-                                                                                  std::span(piece->data() + at, n))));
+    CKPT_ASSIGN_OR_RETURN(
+        size_t got, st->files[st->file]->PRead(st->offset, std::as_writable_bytes(std::span(piece->data() + at, n))));
     if (got != n) return Status::IOError("'" + st->files[st->file]->path() + "' shrank while it was sent");
     st->Advance(n);
   }
@@ -88,7 +88,8 @@ Status NextPiece(Stream* st, int64_t cap, std::string* piece) {
 
 Status WritePiece(Stream* st, std::string_view piece) {
   while (!piece.empty()) {
-    if (st->done()) return Status::Corruption("copy from rank " + std::to_string(st->peer) + " is longer than its files");
+    if (st->done())
+      return Status::Corruption("copy from rank " + std::to_string(st->peer) + " is longer than its files");
     const uint64_t n = std::min<uint64_t>(piece.size(), st->sizes[st->file] - st->offset);
     CKPT_RETURN_IF_ERROR(st->files[st->file]->PWrite(st->offset, std::as_bytes(std::span(piece.data(), n))));
     st->Advance(n);
@@ -109,8 +110,7 @@ Status FinishRecv(Env* env, Stream* st) {
 }  // namespace
 
 Result<StreamStats> StreamCopies(Env* env, Comm* comm, const std::vector<CopySend>& sends,
-                                 const std::vector<CopyRecv>& recvs, int64_t round_bytes, Millis timeout,
-                                 Phase phase) {
+                                 const std::vector<CopyRecv>& recvs, int64_t round_bytes, Millis timeout, Phase phase) {
   const int world = comm->size();
   StreamStats stats;
   Status mine = Status::Ok();

@@ -38,7 +38,6 @@ struct StreamStats {
 };
 
 Result<StreamStats> StreamCopies(Env* env, Comm* comm, const std::vector<CopySend>& sends,
-                                 const std::vector<CopyRecv>& recvs, int64_t round_bytes, Millis timeout,
-                                 Phase phase);
+                                 const std::vector<CopyRecv>& recvs, int64_t round_bytes, Millis timeout, Phase phase);
 
 }  // namespace ckpt

@@ -49,8 +49,9 @@ void RegisterRun(CLI::App* faults, Status* outcome) {
   auto* cmd = faults->add_subcommand("run", "Fault campaign: every boundary x rank x variant, recovered and checked");
   auto f = std::make_shared<FaultRunFlags>();
   AddJobFlags(cmd, f.get());
-  cmd->add_option("--variants", f->variants, "comma list (default powercut,eio,enospc-persist,short,damage; also "
-                                             "crash,sigkill,hang,enospc,eio-persist,delay)");
+  cmd->add_option("--variants", f->variants,
+                  "comma list (default powercut,eio,enospc-persist,short,damage; also "
+                  "crash,sigkill,hang,enospc,eio-persist,delay)");
   cmd->add_option("--power-modes", f->modes, "power-loss judgements of powercut runs: drop,prefix,torn");
   cmd->add_option("--boundaries", f->boundaries, "smart or all")->check(CLI::IsMember({"smart", "all"}));
   cmd->add_option("--points", f->points, "only these points (comma list; 'end' = after the job)");
@@ -60,12 +61,14 @@ void RegisterRun(CLI::App* faults, Status* outcome) {
   cmd->add_option("--seed", f->seed, "power-loss choices");
   cmd->add_option("--json", f->json_out, "also write the report as JSON here");
   cmd->add_flag("--no-fsync", f->no_fsync, "negative control: Sync/SyncDir are no-ops in every job");
-  cmd->add_flag("--no-hash-check", f->no_hash_check, "negative control: recovery loads skip chunk hashes, so "
-                                                     "only the element check stands between damage and 'new'");
+  cmd->add_flag("--no-hash-check", f->no_hash_check,
+                "negative control: recovery loads skip chunk hashes, so "
+                "only the element check stands between damage and 'new'");
   cmd->add_flag("--in-place-commit", f->in_place_commit,
                 "negative control: every save writes iter_N/ in place (no tmp dir, no rename), manifest.json "
                 "last and the tracker by a plain truncating write, none fsynced: Megatron-LM's torch_dist commit");
-  cmd->add_option("--expect", f->expect, "negative control: exit 0 only if each listed outcome (e.g. lost,torn) occurred");
+  cmd->add_option("--expect", f->expect,
+                  "negative control: exit 0 only if each listed outcome (e.g. lost,torn) occurred");
   cmd->add_flag("--keep", f->keep, "keep every run directory");
   cmd->callback([=]() { *outcome = RunCampaignCmd(*f); });
 }
@@ -96,8 +99,10 @@ void RegisterDamage(CLI::App* faults, Status* outcome) {
   cmd->add_option("--root", f->root, "checkpoint root")->required();
   cmd->add_option("--iter", f->iteration, "iteration (default: the tracker's)");
   cmd->add_option("--file", f->req.file, "shard file name in the iteration dir, or 'manifest'")->required();
-  cmd->add_option("--kind", f->kind, "bitflip, truncate or delete")->check(CLI::IsMember({"bitflip", "truncate", "delete"}));
-  cmd->add_option("--chunk", f->req.chunk, "first, mid or last chunk of the file")->check(CLI::IsMember({"first", "mid", "last"}));
+  cmd->add_option("--kind", f->kind, "bitflip, truncate or delete")
+      ->check(CLI::IsMember({"bitflip", "truncate", "delete"}));
+  cmd->add_option("--chunk", f->req.chunk, "first, mid or last chunk of the file")
+      ->check(CLI::IsMember({"first", "mid", "last"}));
   cmd->add_option("--seed", f->seed, "picks the byte and bit");
   cmd->callback([=]() { *outcome = RunDamage(*f); });
 }

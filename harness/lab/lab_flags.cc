@@ -24,7 +24,8 @@ void AddJobSwitches(CLI::App* cmd, JobFlags* f, const char* faults_example) {
   cmd->add_flag("--naive-fc1", f->naive_fc1, "NEGATIVE CONTROL: register SwiGLU fc1 as a plain axis-0 slice")
       ->group(kGroup);
   cmd->add_flag("--naive-layer-offset", f->naive_layer_offset,
-                "NEGATIVE CONTROL: key layers by a contiguous offset, ignoring VPP")->group(kGroup);
+                "NEGATIVE CONTROL: key layers by a contiguous offset, ignoring VPP")
+      ->group(kGroup);
   cmd->add_option("--faults", f->faults, std::string("fault plan (faults/fault_spec.h), e.g. ") + faults_example)
       ->group(kGroup);
 }
@@ -40,9 +41,11 @@ void AddTrainSwitches(CLI::App* cmd, TrainFlags* f) {
   cmd->add_option("--stall-at", s->stall_at, "every rank waits (300 s at most) after this iteration's saves")
       ->group(kGroup);
   cmd->add_flag("--async-no-snapshot", s->no_snapshot,
-                "NEGATIVE CONTROL (never for real saves): the background save reads the live buffers")->group(kGroup);
+                "NEGATIVE CONTROL (never for real saves): the background save reads the live buffers")
+      ->group(kGroup);
   cmd->add_option("--async-delay-ms", s->delay_ms,
-                  "TEST HOOK: the background save sleeps this long before it reads or writes anything")->group(kGroup);
+                  "TEST HOOK: the background save sleeps this long before it reads or writes anything")
+      ->group(kGroup);
   cmd->add_flag("--no-rng-state", f->no_rng, "NEGATIVE CONTROL: neither save nor load the RNG state")->group(kGroup);
   cmd->add_flag("--no-iterator-state", f->no_iterator, "NEGATIVE CONTROL: neither save nor load the iterator")
       ->group(kGroup);

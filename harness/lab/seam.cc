@@ -35,8 +35,8 @@ Status NaiveShards(const JobFlags& f, workload::GptJob& j) {
     CKPT_ASSIGN_OR_RETURN(j.registered, testing::NaiveFc1Shards(j.model, j.layout, j.coords));
   }
   if (f.naive_layer_offset) {
-    CKPT_ASSIGN_OR_RETURN(j.registered, testing::ContiguousLayerKeys(j.model, j.layout, j.coords,
-                                                                     std::move(j.registered)));
+    CKPT_ASSIGN_OR_RETURN(j.registered,
+                          testing::ContiguousLayerKeys(j.model, j.layout, j.coords, std::move(j.registered)));
   }
   return Status::Ok();
 }

@@ -74,7 +74,8 @@ TEST(AgreeTest, LowestOriginWinsAndItsOwnReportBeforeARelay) {
     EXPECT_EQ(got[r].phase(), Phase::kLoad);
   }
   EXPECT_EQ(FirstOrigin({Status::Ok(), Status(Code::kAborted, "r", 0, Phase::kVote),
-                         Status(Code::kIOError, "x", 2, Phase::kWrite)}), 1);
+                         Status(Code::kIOError, "x", 2, Phase::kWrite)}),
+            1);
   EXPECT_EQ(FirstOrigin({Status::Ok(), Status::Ok()}), -1);
 }
 
@@ -82,10 +83,12 @@ TEST(AgreeTest, LowestOriginWinsAndItsOwnReportBeforeARelay) {
 // a typed missing peer in the agreement's phase - except a rank with a
 // failure of its own, which began first and is kept.
 TEST(AgreeTest, ASilentRankIsATypedMissingPeer) {
-  auto got = OnRanks<Status>(3, [](int r, Comm* c) {
-    const Status mine = r == 1 ? Status::IOError("own") : Status::Ok();
-    return AgreeStatus(c, mine, Phase::kBucketLayout, Millis(200));
-  }, {2});
+  auto got = OnRanks<Status>(3,
+                             [](int r, Comm* c) {
+                               const Status mine = r == 1 ? Status::IOError("own") : Status::Ok();
+                               return AgreeStatus(c, mine, Phase::kBucketLayout, Millis(200));
+                             },
+                             {2});
   EXPECT_EQ(got[0].code(), Code::kTimeout) << got[0].ToString();
   EXPECT_EQ(got[0].missing().ranks, std::vector<int>{2});
   EXPECT_EQ(got[0].missing().phase, Phase::kBucketLayout);

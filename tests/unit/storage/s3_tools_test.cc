@@ -161,8 +161,8 @@ TEST_F(S3ToolsTest, UnreachableEndpointExitsTwoNamingTheUrl) {
   setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);  // SetUp sets it back for the next test
   setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
   // (verify/inspect open the root the same way, OpenRoot; each try waits out the retries: ~3 s)
-  for (const std::string& args : {"load --root " + url + " --layout tp=1",
-                                  "save --root " + url + " --iter 1 --model tiny --layout tp=1"}) {
+  for (const std::string& args :
+       {"load --root " + url + " --layout tp=1", "save --root " + url + " --iter 1 --model tiny --layout tp=1"}) {
     auto r = testing::RunCkpt(args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find(url), std::string::npos) << args << ": " << r.out;
