@@ -1,7 +1,6 @@
 // TrainSaver's Save/Finish, and with the local tier (train_saver.h, ckpt/protocol/local_tier.h):
 // local saves every --local-every iterations, global saves drained from the
 // local copy, and --kill-at (a whole-job SIGKILL after an iteration's saves).
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -10,13 +9,6 @@
 #include "cli/train_saver.h"
 
 namespace ckpt::cli {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using nlohmann::json;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-}  // namespace
 
 // The loop's checkpointer entry points (here: they choose between the tiers).
 Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
