@@ -4,55 +4,34 @@ AWS_* at each call. Server: s3rver (scripts/install_s3_servers.sh), started
 here; objects are put with curl's own SigV4 (--aws-sigv4), as the backend's
 commit leaves them (FORMAT.md 2b: iter_N/manifest.json, the tracker).
 Skipped with the reason where s3rver is not installed."""
+import contextlib
 import os
-import socket
 import subprocess
-import time
+import sys
 
 import pytest
 
 import ckpt
 
-S3RVER = os.environ.get("CKPT_S3RVER",
-                        os.path.join(os.environ.get("CKPT_TOOLS_DIR", "/opt/ckpt-tools"), "node_modules/.bin/s3rver"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "s3"))
+import s3rver  # noqa: E402  (tests/s3/s3rver.py)
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    if not os.access(S3RVER, os.X_OK):
-        pytest.skip(f"s3rver not installed at {S3RVER} (scripts/install_s3_servers.sh)")
-    data, port = tmp_path_factory.mktemp("s3rver"), free_port()
-    proc = subprocess.Popen([S3RVER, "-d", str(data), "-a", "127.0.0.1", "-p", str(port), "--silent",
-                             "--configure-bucket", "ckpt-test"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
+    with contextlib.ExitStack() as stack:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.skip("s3rver did not start within 20 s")
-            time.sleep(0.1)
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1",
-           "AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "S3RVER"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield endpoint
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    proc.kill()
-    proc.wait(timeout=10)
+            env = stack.enter_context(s3rver.running(tmp_path_factory.mktemp("s3rver")))
+        except s3rver.Unavailable as e:
+            pytest.skip(str(e))
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        yield env["AWS_ENDPOINT_URL"]
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def put(endpoint, key, body):

@@ -7,45 +7,30 @@ same loss as the first job, bit for bit. Skipped with the reason where s3rver is
 installed."""
 from __future__ import annotations
 
+import contextlib
 import os
-import socket
-import subprocess
-import time
+import sys
 
 import pytest
 
 from conftest import ckpt_job
 
-S3RVER = os.environ.get("CKPT_S3RVER",
-                        os.path.join(os.environ.get("CKPT_TOOLS_DIR", "/opt/ckpt-tools"), "node_modules/.bin/s3rver"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests", "s3"))
+import s3rver  # noqa: E402  (tests/s3/s3rver.py)
+
 ARGS = ["--model", "tiny", "--micro-batch", "2", "--global-batch", "4"]
 
 
 @pytest.fixture()
 def s3(tmp_path, monkeypatch):
-    if not os.access(S3RVER, os.X_OK):
-        pytest.skip(f"s3rver not installed at {S3RVER} (scripts/install_s3_servers.sh)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([S3RVER, "-d", str(tmp_path / "s3rver"), "-a", "127.0.0.1", "-p", str(port), "--silent",
-                             "--configure-bucket", "ckpt-test"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
+    with contextlib.ExitStack() as stack:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.skip("s3rver did not start within 20 s")
-            time.sleep(0.1)
-    for k, v in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_REGION": "us-east-1",
-                 "AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "S3RVER"}.items():
-        monkeypatch.setenv(k, v)  # the jobs inherit them (story.job_env)
-    yield
-    proc.kill()
-    proc.wait(timeout=10)
+            env = stack.enter_context(s3rver.running(tmp_path / "s3rver"))
+        except s3rver.Unavailable as e:
+            pytest.skip(str(e))
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)  # the jobs inherit them (story.job_env)
+        yield
 
 
 def test_gpt_job_saves_to_s3_and_resumes_from_it(ckpt_build, s3, tmp_path):
