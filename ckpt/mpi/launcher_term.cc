@@ -37,9 +37,23 @@ std::string Describe() {
   return "rank " + std::to_string(w.rank) + ": last wait in phase '" + w.phase + "' for rank(s) " + w.ranks;
 }
 
+// The handler the program itself installed for SIGTERM (e.g. ExitSignal,
+// `ckpt train --exit-signal-handler`: save, then leave the loop), or nullptr
+// for the default action. The mask keeps SIGTERM from reaching it directly.
+void (*ProgramHandler())(int) {
+  struct sigaction cur;
+  if (sigaction(SIGTERM, nullptr, &cur) != 0 || (cur.sa_flags & SA_SIGINFO)) return nullptr;
+  return cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN ? nullptr : cur.sa_handler;
+}
+
 void Watch(sigset_t set) {
   int sig = 0;
-  if (sigwait(&set, &sig) != 0) return;
+  for (;;) {
+    if (sigwait(&set, &sig) != 0) return;
+    void (*handler)(int) = ProgramHandler();
+    if (!handler) break;
+    handler(SIGTERM);  // the program decides (its flag), as without the watcher
+  }
   g_terminating = true;
   const Millis grace = TermGrace();
   std::fprintf(stderr,

@@ -23,6 +23,9 @@
 // mpirun must then wait that long before SIGKILL: pass
 // `--mca odls_base_sigkill_timeout S` with S >= TermGrace() in seconds
 // (README "Across hosts"; scripts/cluster.py's mpirun line passes 30).
+// A SIGTERM handler the program installed itself (ExitSignal: `ckpt train
+// --exit-signal-handler`, a preemption that saves and leaves the loop) is
+// called by the watcher instead: the program decides, as without the watcher.
 //
 // Thread-safe. Without DeferLauncherTermination nothing changes (a library
 // user keeps the default SIGTERM action).
