@@ -5,16 +5,13 @@
 
 #include <pybind11/stl.h>
 
-#include <span>
-#include <vector>
-
 #include <nlohmann/json.hpp>
 
-#include "py_comm.h"
-#include "py_state.h"
 #include "ckpt/base/env.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/local_tier.h"
+#include "py_comm.h"
+#include "py_state.h"
 
 namespace ckpt::py {
 namespace {
