@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from . import ckpt_adapter
-from .state import RNG_KEY
+from .state import RNG_KEY, checkpoint_metadata
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -215,7 +215,8 @@ class Checkpointer:
         kwargs = {"timeout": self.timeout} if self.timeout is not None else {}
         self.tiers = self.ckpt.TieredCheckpointer(self.save_dir, local_dir, local_every, global_every,
                                                   replicas=replicas, ranks_per_node=ranks_per_node,
-                                                  comm=self.comm, layout=job.ps.layout_json(), **kwargs)
+                                                  comm=self.comm, layout=job.ps.layout_json(),
+                                                  metadata=checkpoint_metadata(job.model_cfg, job.ps), **kwargs)
 
     def tier_save(self, job):
         """The tiers due at job.iteration (None if none). Collective."""

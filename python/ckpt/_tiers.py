@@ -21,7 +21,7 @@ import pickle
 import threading
 
 from . import _ckpt
-from ._api import _entries, load as _load, save as _save
+from ._api import _entries, _json, load as _load
 from ._comm import async_handle_of, handle_of
 from ._descriptors import ShardedTensor, rebuild
 
@@ -30,15 +30,17 @@ class TieredCheckpointer:
     """root: the global (shared) root; local_dir: node-local dir ("{node}" -> node index when
     one host simulates nodes); local_every K, global_every M (0: never; saves at multiples);
     replicas R (< nodes); ranks_per_node: block placement (node = rank // ranks_per_node);
-    layout: a JSON-able dict that must match at a local restore (e.g. {"tp": 2, "dp": 2})."""
+    layout: a JSON-able dict that must match at a local restore (e.g. {"tp": 2, "dp": 2});
+    metadata: a JSON-able dict for the global checkpoints' manifests (as ckpt.save's)."""
 
     def __init__(self, root, local_dir, local_every, global_every, replicas=1, ranks_per_node=1, comm=None,
-                 timeout=60.0, layout=None):
+                 timeout=60.0, layout=None, metadata=None):
         self.root, self.local_dir = str(root), str(local_dir)
         self.local_every, self.global_every = int(local_every), int(global_every)
         self.replicas, self.ranks_per_node = int(replicas), int(ranks_per_node)
         self.comm, self.timeout = comm, float(timeout)
         self.layout = dict(layout or {})
+        self.metadata = _json(metadata, "metadata")
         self._drain = None  # the global drain in flight: _Drain
 
     def _args(self, handle=None):
@@ -65,7 +67,7 @@ class TieredCheckpointer:
             out["local"] = _ckpt.local_save(tensors, objs, int(iteration), *self._args(), pinned)
         if glob:
             # tensors and objs hold only the metadata the drain needs: it never reads their bytes.
-            args = (tensors, objs, int(iteration), *self._args(async_handle_of(self.comm)), self.root)
+            args = (tensors, objs, int(iteration), *self._args(async_handle_of(self.comm)), self.root, self.metadata)
             self._drain = _Drain(int(iteration), args)
             out["global"] = {"iteration": int(iteration), "mode": "background", "joined": joined}
         return out

@@ -103,7 +103,7 @@ pyb::tuple LocalRestoreOf(const pyb::list& tensors, const pyb::list& objects, in
 // for a background thread on a comm of its own (the GIL is released).
 pyb::dict LocalDrainOf(const pyb::list& tensors, const pyb::list& objects, int64_t iteration, const std::string& dir,
                        int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm, double timeout_s,
-                       const std::string& layout, const std::string& root) {
+                       const std::string& layout, const std::string& root, const std::string& metadata) {
   LocalTierOptions lt = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
   const int rank = RankOf(lt);
   const ShardedStateDict live = StateOf(tensors, objects, rank, "global drain");
@@ -121,6 +121,7 @@ pyb::dict LocalDrainOf(const pyb::list& tensors, const pyb::list& objects, int64
   so.comm = lt.comm;
   so.timeout = lt.timeout;
   so.allow_older = true;
+  so.metadata = nlohmann::json::parse(metadata);
   so.layout = lt.layout;
   if (!so.layout.contains("world")) so.layout["world"] = lt.comm ? lt.comm->size() : 1;
   LoadOptions lo;

@@ -13,6 +13,7 @@ import shutil
 import torch
 
 from conftest import ckpt_job
+from torch_gpt import story
 
 TP2 = ["--model", "tiny", "--tp", "2", "--micro-batch", "2", "--global-batch", "8", "--dropout", "0.1"]
 
@@ -29,6 +30,9 @@ def test_resume_from_the_local_tier_after_losing_a_node_is_bitwise(ckpt_build, t
     stats = [json.loads(line) for line in (d / "stats.jsonl").read_text().splitlines()]
     drained = [s["global"] for s in stats if s["op"] == "tier_drain_joined" and s["global"]]
     assert drained and drained[0]["iteration"] == 4 and drained[0]["drained_from"].endswith("node0/rank_0"), stats
+    ver = story.ckpt_json(ckpt_build, "verify", str(d / "global"))  # the drained global iterations 4 and 8
+    assert ver["ok"], ver
+    assert ckpt_meta(d / "global", 4)["model"]["family"] == "megatron_gpt"  # so `ckpt reshard` can read it
     choice = next(s["choice"] for s in stats if s["op"] == "tier_resume" and s["choice"]["tier"] != "none")
     print(f"resumed from {choice['tier']} {choice['iteration']} (global {choice['global_iteration']}): "
           f"{choice['why']}")
@@ -41,3 +45,9 @@ def test_resume_from_the_local_tier_after_losing_a_node_is_bitwise(ckpt_build, t
     differing = [k for k, t in want["tensors"].items() if not torch.equal(t, got["tensors"][k])]
     assert not differing, differing
     assert want["objects"] == got["objects"]  # iteration, sampler position, LR schedule, RNG state
+
+
+def ckpt_meta(root, iteration) -> dict:
+    """The metadata a drained global checkpoint carries (the job's GPT config and layout)."""
+    from torch_gpt.ckpt_io import import_ckpt
+    return import_ckpt().inspect(str(root), iteration=iteration).get("metadata", {})
