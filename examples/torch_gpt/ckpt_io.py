@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from . import ckpt_adapter
-from .state import RNG_KEY
+from .state import RNG_KEY, checkpoint_metadata
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -116,6 +116,7 @@ class Checkpointer:
         self.comm = make_comm(self.ckpt, comm, ps.world_size)
         self.stats_log = open(stats_log, "a") if stats_log and ps.rank == 0 else None
         self.pending = None  # (handle, record) of an async save in flight
+        self.tiers = None  # a ckpt.TieredCheckpointer (enable_tiers)
 
     def _log(self, rec: dict) -> None:
         if self.stats_log:
@@ -206,8 +207,51 @@ class Checkpointer:
                    ckpt_stats=_plain(getattr(handle, "stats", None)))
         self._log(rec)
 
+    def enable_tiers(self, job, local_dir: str, local_every: int, global_every: int, replicas: int = 1,
+                     ranks_per_node: int = 1) -> None:
+        """Two tiers (ckpt.TieredCheckpointer): local saves every local_every iterations under
+        local_dir ("{node}": the node index), replicated to `replicas` other nodes; the global
+        tier (save_dir) every global_every, drained in the background from the local copy."""
+        kwargs = {"timeout": self.timeout} if self.timeout is not None else {}
+        self.tiers = self.ckpt.TieredCheckpointer(self.save_dir, local_dir, local_every, global_every,
+                                                  replicas=replicas, ranks_per_node=ranks_per_node,
+                                                  comm=self.comm, layout=job.ps.layout_json(),
+                                                  metadata=checkpoint_metadata(job.model_cfg, job.ps), **kwargs)
+
+    def tier_save(self, job):
+        """The tiers due at job.iteration (None if none). Collective."""
+        if not any(self.tiers.due(job.iteration)):
+            return None
+        state = ckpt_adapter.torch_state(job, self.ckpt)
+        t0 = time.perf_counter()
+        out = self.tiers.save(self.ckpt.torch_bridge.flat_state(state.sharded_state_dict()), job.iteration)
+        rec = {"op": "tier_save", "iteration": job.iteration, "local": _plain(out["local"]),
+               "global": _plain(out["global"]), "blocking_s": _max_over_ranks(time.perf_counter() - t0, self.ps)}
+        self._log(rec)
+        return rec
+
+    def tier_resume(self, job) -> dict:
+        """Restores the newest iteration complete in some tier (local, with the peers'
+        replicas for a lost node's ranks, or global) into `job`; returns ckpt's choice
+        (tier "none": nothing to resume, the job starts fresh). Collective."""
+        from .train import restore_objects
+        state = ckpt_adapter.torch_state(job, self.ckpt)
+        state.prepare_load(None)
+        request = self.ckpt.torch_bridge.flat_state(state.sharded_state_dict())
+        t0 = time.perf_counter()
+        loaded, choice = self.tiers.resume(request)
+        if choice["tier"] != "none":
+            state.apply({d.key: loaded[k] for k, d in request.items() if isinstance(d, self.ckpt.ShardedObject)})
+            restore_objects(job, {k: v for k, v in state.extra.items() if k in ckpt_adapter.RESUME_KEYS})
+        rec = {"op": "tier_resume", "iteration": job.iteration, "seconds": time.perf_counter() - t0,
+               "choice": _plain(choice)}
+        self._log(rec)
+        return choice
+
     def close(self) -> None:
         self.wait()
+        if self.tiers is not None:
+            self._log({"op": "tier_drain_joined", "global": _plain(self.tiers.wait())})
         if self.stats_log:
             self.stats_log.close()
 

@@ -182,12 +182,22 @@ def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namesp
                    help="negative control: save/load SwiGLU fc1 as one plain axis-0 slice")
     c.add_argument("--save-after-load", default=None,
                    help="right after loading, save the loaded state here (fingerprint check)")
+    c.add_argument("--local-dir", default=None,
+                   help="two tiers (ckpt.TieredCheckpointer): node-local dir ({node}: node index); "
+                        "--save is the global tier; resumes from the newest complete tier at start")
+    c.add_argument("--local-every", type=int, default=1, help="with --local-dir: local save every K")
+    c.add_argument("--global-every", type=int, default=0,
+                   help="with --local-dir: global save every M, drained from the local copy (0: never)")
+    c.add_argument("--replicas", type=int, default=1, help="with --local-dir: copies on other nodes")
+    c.add_argument("--ranks-per-node", type=int, default=1, help="with --local-dir: node = rank // this")
     c.add_argument("--ckpt-comm", default="torch", help="ckpt control plane: torch | mpi")
     c.add_argument("--ckpt-stats", default=None, help="rank 0 appends one JSON line per save/load")
     c.add_argument("--ckpt-timeout", type=float, default=None,
                    help="ckpt's collective deadline for saves, seconds (default ckpt's 60): how long the "
                         "survivors of a lost node wait before naming the lost ranks and their hosts")
     a = ap.parse_args(argv)
+    if a.local_dir and not a.save:
+        ap.error("--local-dir needs --save (the global tier)")
     m = preset(a.model)
     m.tied_embeddings = a.tied
     m.attention_dropout = m.hidden_dropout = a.dropout
@@ -223,6 +233,12 @@ def main(argv: list[str] | None = None) -> None:
                   f"): {rec['bytes'] / 1e6:.1f} MB in {rec['seconds']:.3f} s", flush=True)
         if a.save_after_load:
             ck.save(job, a.save_after_load, sync=True)
+    if a.local_dir:
+        ck.enable_tiers(job, a.local_dir, a.local_every, a.global_every, a.replicas, a.ranks_per_node)
+        choice = ck.tier_resume(job)
+        if rank == 0:
+            print(f"tiers: resumed from {choice['tier']} iteration {choice['iteration']}: {choice['why']}",
+                  flush=True)
     if ck and a.save:
         ck.reserve(job)  # async saves: the arena now, so the first save does not stall
     log = open(a.log, "a") if a.log and rank == 0 else None
@@ -235,9 +251,11 @@ def main(argv: list[str] | None = None) -> None:
             if log:
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
-        if ck and a.save and a.save_interval and job.iteration % a.save_interval == 0:
+        if a.local_dir:
+            ck.tier_save(job)
+        elif ck and a.save and a.save_interval and job.iteration % a.save_interval == 0:
             periodic_save(ck, job, a)
-    saved_last = a.save_interval and job.iteration % a.save_interval == 0
+    saved_last = a.local_dir or (a.save_interval and job.iteration % a.save_interval == 0)
     if ck and a.save and job.iteration > start_iter and not saved_last:
         ck.save(job)  # the final state, as Megatron saves at the end of training
     if ck:

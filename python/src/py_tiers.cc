@@ -7,10 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "py_comm.h"
-#include "py_state.h"
+#include "ckpt/base/env.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/local_tier.h"
+#include "py_comm.h"
+#include "py_state.h"
 
 namespace ckpt::py {
 namespace {
@@ -46,8 +47,9 @@ auto WithoutGil(int rank, const char* what, Call&& call) {
 
 pyb::dict LocalSaveOf(const pyb::list& tensors, const pyb::list& objects, int64_t iteration, const std::string& dir,
                       int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm, double timeout_s,
-                      const std::string& layout) {
+                      const std::string& layout, int64_t pinned) {
   LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
+  o.pinned = pinned;  // the iteration a background drain still reads (-1: none)
   ShardedStateDict sd = StateOf(tensors, objects, RankOf(o), "local save");
   LocalSaveStats st = WithoutGil(RankOf(o), "local save", [&] { return LocalSave(sd, iteration, o); });
   pyb::dict d;
@@ -94,12 +96,65 @@ pyb::tuple LocalRestoreOf(const pyb::list& tensors, const pyb::list& objects, in
   return pyb::make_tuple(d, objs);
 }
 
+// The global save of `iteration` drained from this rank's committed local copy
+// (as the CLI's TrainSaver::MakeDrain): the live tensors give only the
+// metadata; the bytes are read from <node dir>/rank_<r>/iter_N (chunk hashes
+// checked) into buffers of the drain's own, then saved under `root`. Meant
+// for a background thread on a comm of its own (the GIL is released).
+pyb::dict LocalDrainOf(const pyb::list& tensors, const pyb::list& objects, int64_t iteration, const std::string& dir,
+                       int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm, double timeout_s,
+                       const std::string& layout, const std::string& root, const std::string& metadata) {
+  LocalTierOptions lt = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
+  const int rank = RankOf(lt);
+  const ShardedStateDict live = StateOf(tensors, objects, rank, "global drain");
+  std::vector<std::byte> buf(size_t(live.TotalBytes()));
+  ShardedStateDict sd;
+  size_t off = 0;
+  for (const auto& t : live.tensors()) {
+    sd.AddTensor(t.meta, std::span<std::byte>(buf.data() + off, t.data.size()));
+    off += t.data.size();
+  }
+  for (const auto& o : live.objects()) sd.AddObject(o.meta);
+  SaveOptions so;
+  so.root = root;
+  so.iteration = iteration;
+  so.comm = lt.comm;
+  so.timeout = lt.timeout;
+  so.allow_older = true;
+  so.metadata = nlohmann::json::parse(metadata);
+  so.layout = lt.layout;
+  if (!so.layout.contains("world")) so.layout["world"] = lt.comm ? lt.comm->size() : 1;
+  LoadOptions lo;
+  lo.root = JoinPath(lt.NodeDir(lt.node_of(rank)), "rank_" + std::to_string(rank));
+  lo.iteration = iteration;
+  lo.env = lt.env;
+  lo.timeout = lt.timeout;
+  lo.strict = StrictMode::kAll;
+  SaveStats st = WithoutGil(rank, "global drain", [&]() -> Result<SaveStats> {
+    ShardedStateDict view = LocalView(sd);
+    Status read = LoadCheckpoint(view, lo).status();
+    for (size_t i = 0; read.ok() && i < view.objects().size(); ++i) sd.objects()[i].bytes = view.objects()[i].bytes;
+    // A failed read still joins the save's collectives: its "plan" step fails
+    // the save on every rank, naming this one.
+    if (!read.ok()) so.hook = [read](std::string_view step, int) { return step == "plan" ? read : Status::Ok(); };
+    Result<SaveStats> r = SaveCheckpoint(sd, so);
+    if (!read.ok())
+      return read.WithContext("global drain of iteration " + std::to_string(iteration) + " from the local tier " +
+                              lo.root);
+    return r;
+  });
+  pyb::dict d = ToDict(st);
+  d["drained_from"] = lo.root;
+  return d;
+}
+
 }  // namespace
 
 void DefineTiers(pyb::module_& m) {
   m.def("local_save", &LocalSaveOf);
   m.def("choose_tier", &ChooseTierOf);
   m.def("local_restore", &LocalRestoreOf);
+  m.def("local_drain", &LocalDrainOf);
 }
 
 }  // namespace ckpt::py
