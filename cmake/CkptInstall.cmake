@@ -18,7 +18,7 @@
 include(CMakePackageConfigHelpers)
 
 set(CKPT_PUBLIC_HEADERS
-  ckpt/base/status.h ckpt/base/dtype.h ckpt/base/sharded_tensor.h ckpt/base/env.h ckpt/base/comm.h
+  ckpt/base/status.h ckpt/base/phase.h ckpt/base/dtype.h ckpt/base/sharded_tensor.h ckpt/base/env.h ckpt/base/comm.h
   ckpt/base/chunk_hash.h ckpt/storage/storage.h ckpt/storage/layout.h
   ckpt/format/codec.h ckpt/format/shard_file.h ckpt/format/manifest.h
   reshard/geometry/intersect.h reshard/geometry/read_plan.h
