@@ -160,7 +160,7 @@ def survivors_pids(c, node: str) -> list[int]:
             argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0]
         except OSError:
             continue
-        if argv0.endswith(b"/ckpt"):
+        if argv0.endswith((b"/ckpt", b"/ckpt-lab")):  # the jobs run CKPT (ckpt-lab: its --faults)
             pids.append(pid)
     return pids
 
