@@ -194,8 +194,9 @@ def torch_gpt_config(c: dict) -> GPTConfig:
 def load_ckpt_with_api(root: str, shards) -> None:
     """Fills each TensorShard in place with ckpt.load (this rank's boxes only)."""
     import ckpt
-    sd = {f"{i}:{s.key}": ckpt.ShardedTensor.from_rank_offsets(s.key, s.tensor, *s.rank_offsets, replica_id=s.replica_id,
-                                                                 allow_shape_mismatch=s.allow_shape_mismatch)
+    # The shard's own box (ckpt.model_shards' rules: a SwiGLU fc1 is two boxes per rank), not rank offsets.
+    sd = {f"{i}:{s.key}": ckpt.ShardedTensor(s.key, s.tensor, s.global_shape, s.global_offset, replica_id=s.replica_id,
+                                             allow_shape_mismatch=s.allow_shape_mismatch)
           for i, s in enumerate(shards)}
     ckpt.load(sd, root, strict="raise_all")
 
