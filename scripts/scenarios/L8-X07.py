@@ -36,7 +36,7 @@ def ranks_of(root: str) -> dict:
         try:
             with open(f"/proc/{p}/cmdline", "rb") as f:
                 cmd = f.read().split(b"\0")
-            if os.path.basename(cmd[0]) != b"ckpt" or b"train" not in cmd or root.encode() not in cmd:
+            if os.path.basename(cmd[0]) not in (b"ckpt", b"ckpt-lab") or b"train" not in cmd or root.encode() not in cmd:
                 continue
             with open(f"/proc/{p}/environ", "rb") as f:
                 envs = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
