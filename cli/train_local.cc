@@ -104,40 +104,18 @@ Result<std::string> TrainSaver::SaveLocal(workload::TrainWorkload& w) {
 std::function<Result<SaveStats>()> TrainSaver::MakeDrain(workload::TrainWorkload& w, Comm* comm) {
   const int64_t it = w.iteration();
   // The drain's own buffers, shaped like the training state (allocated once).
-  ShardedStateDict live = w.SaveDict(parts_);
-  if (drain_buf_.size() != size_t(live.TotalBytes())) drain_buf_.assign(size_t(live.TotalBytes()), std::byte{0});
-  drain_sd_ = ShardedStateDict();
-  size_t off = 0;
-  for (const auto& t : live.tensors()) {
-    drain_sd_.AddTensor(t.meta, std::span<std::byte>(drain_buf_.data() + off, t.data.size()));
-    off += t.data.size();
-  }
-  for (const auto& o : live.objects()) drain_sd_.AddObject(o.meta);
+  drain_sd_ = DrainBuffers(w.SaveDict(parts_), &drain_buf_);
   SaveOptions o = base_;
   o.iteration = it;
   if (faulted_.env) o.env = faulted_.env.get(), o.hook = faulted_.hook;
   o.comm = comm;
-  const std::string rank_root = JoinPath(local_->NodeDir(local_->node_of(job_->rank())),
-                                         "rank_" + std::to_string(job_->rank()));
-  return [this, o, rank_root, it]() -> Result<SaveStats> {
-    ShardedStateDict view = LocalView(drain_sd_);
-    LoadOptions lo;
-    lo.root = rank_root;
-    lo.iteration = it;
-    lo.env = local_->env;
-    lo.strict = StrictMode::kAll;
-    Status read = LoadCheckpoint(view, lo).status();
-    for (size_t i = 0; read.ok() && i < view.objects().size(); ++i) drain_sd_.objects()[i].bytes = view.objects()[i].bytes;
-    // A failed read still joins the save's collectives: its "plan" step fails
-    // the save on every rank, naming this one.
-    SaveOptions so = o;
-    if (!read.ok())
-      so.hook = [read, hook = o.hook](std::string_view step, int r) {
-        return step == "plan" ? read : hook ? hook(step, r) : Status::Ok();
-      };
-    Result<SaveStats> st = SaveCheckpoint(drain_sd_, so);
-    if (!read.ok()) return read.WithContext("global drain of iteration " + std::to_string(it) + " from the local tier");
-    return st;
+  LoadOptions from;
+  from.root = JoinPath(local_->NodeDir(local_->node_of(job_->rank())), "rank_" + std::to_string(job_->rank()));
+  from.iteration = it;
+  from.env = local_->env;
+  return [this, o, from, it]() -> Result<SaveStats> {
+    return DrainLocalCopy(drain_sd_, from, o,
+                          "global drain of iteration " + std::to_string(it) + " from the local tier");
   };
 }
 
@@ -145,8 +123,8 @@ Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
   CKPT_ASSIGN_OR_RETURN(std::string log, JoinDrain(w.iteration()));
   const int64_t it = w.iteration();
   auto drain = MakeDrain(w, saver_ ? static_cast<Comm*>(save_comm_.get()) : job_);
-  rows_.push_back({{"tier", "global"}, {"iteration", it}, {"drained_from", "local"},
-                   {"mode", saver_ ? "background" : "sync"}});
+  rows_.push_back(
+      {{"tier", "global"}, {"iteration", it}, {"drained_from", "local"}, {"mode", saver_ ? "background" : "sync"}});
   drain_row_ = int64_t(rows_.size()) - 1;
   if (saver_) {
     drain_ = std::async(std::launch::async, drain);

@@ -427,4 +427,32 @@ Result<LocalRestoreStats> LocalRestore(ShardedStateDict& request, int64_t iterat
   return st;
 }
 
+ShardedStateDict DrainBuffers(const ShardedStateDict& live, std::vector<std::byte>* buf) {
+  if (buf->size() != size_t(live.TotalBytes())) buf->assign(size_t(live.TotalBytes()), std::byte{0});
+  ShardedStateDict sd;
+  size_t off = 0;
+  for (const auto& t : live.tensors()) {
+    sd.AddTensor(t.meta, std::span<std::byte>(buf->data() + off, t.data.size()));
+    off += t.data.size();
+  }
+  for (const auto& o : live.objects()) sd.AddObject(o.meta);
+  return sd;
+}
+
+Result<SaveStats> DrainLocalCopy(ShardedStateDict& sd, const LoadOptions& from, SaveOptions to,
+                                 const std::string& context) {
+  ShardedStateDict view = LocalView(sd);
+  LoadOptions lo = from;
+  lo.strict = StrictMode::kAll;
+  Status read = LoadCheckpoint(view, lo).status();
+  for (size_t i = 0; read.ok() && i < view.objects().size(); ++i) sd.objects()[i].bytes = view.objects()[i].bytes;
+  if (!read.ok())
+    to.hook = [read, hook = to.hook](std::string_view step, int r) {
+      return step == "plan" ? read : hook ? hook(step, r) : Status::Ok();
+    };
+  Result<SaveStats> st = SaveCheckpoint(sd, to);
+  if (!read.ok()) return read.WithContext(context);
+  return st;
+}
+
 }  // namespace ckpt

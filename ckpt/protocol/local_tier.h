@@ -35,8 +35,10 @@
 // Errors name the rank, the iteration and the phase.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -134,5 +136,18 @@ struct LocalRestoreStats {
 // a torn or damaged copy is never an iter_N). Every chunk hash is checked
 // exactly once. Collective.
 Result<LocalRestoreStats> LocalRestore(ShardedStateDict& request, int64_t iteration, const LocalTierOptions& opts);
+
+// A global save drained from the local tier (the CLI's `train --local-dir`,
+// ckpt.TieredCheckpointer): DrainBuffers gives `live`'s tensors and objects
+// (metadata only) over buffers of the drain's own, `*buf` (resized to fit,
+// reused across drains), so training may go on changing `live`.
+// DrainLocalCopy then reads this rank's committed local copy (`from`: its
+// root, iteration, Env; strict, chunk hashes checked) into `sd` and saves it
+// with `to`. A failed read still joins the save's collectives: its "plan"
+// step fails the save on every rank, naming this one; this rank returns the
+// read's error with `context`. Collective over to.comm.
+ShardedStateDict DrainBuffers(const ShardedStateDict& live, std::vector<std::byte>* buf);
+Result<SaveStats> DrainLocalCopy(ShardedStateDict& sd, const LoadOptions& from, SaveOptions to,
+                                 const std::string& context);
 
 }  // namespace ckpt

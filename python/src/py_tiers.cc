@@ -106,15 +106,8 @@ pyb::dict LocalDrainOf(const pyb::list& tensors, const pyb::list& objects, int64
                        const std::string& layout, const std::string& root, const std::string& metadata) {
   LocalTierOptions lt = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
   const int rank = RankOf(lt);
-  const ShardedStateDict live = StateOf(tensors, objects, rank, "global drain");
-  std::vector<std::byte> buf(size_t(live.TotalBytes()));
-  ShardedStateDict sd;
-  size_t off = 0;
-  for (const auto& t : live.tensors()) {
-    sd.AddTensor(t.meta, std::span<std::byte>(buf.data() + off, t.data.size()));
-    off += t.data.size();
-  }
-  for (const auto& o : live.objects()) sd.AddObject(o.meta);
+  std::vector<std::byte> buf;
+  ShardedStateDict sd = DrainBuffers(StateOf(tensors, objects, rank, "global drain"), &buf);
   SaveOptions so;
   so.root = root;
   so.iteration = iteration;
@@ -129,19 +122,9 @@ pyb::dict LocalDrainOf(const pyb::list& tensors, const pyb::list& objects, int64
   lo.iteration = iteration;
   lo.env = lt.env;
   lo.timeout = lt.timeout;
-  lo.strict = StrictMode::kAll;
   SaveStats st = WithoutGil(rank, "global drain", [&]() -> Result<SaveStats> {
-    ShardedStateDict view = LocalView(sd);
-    Status read = LoadCheckpoint(view, lo).status();
-    for (size_t i = 0; read.ok() && i < view.objects().size(); ++i) sd.objects()[i].bytes = view.objects()[i].bytes;
-    // A failed read still joins the save's collectives: its "plan" step fails
-    // the save on every rank, naming this one.
-    if (!read.ok()) so.hook = [read](std::string_view step, int) { return step == "plan" ? read : Status::Ok(); };
-    Result<SaveStats> r = SaveCheckpoint(sd, so);
-    if (!read.ok())
-      return read.WithContext("global drain of iteration " + std::to_string(iteration) + " from the local tier " +
-                              lo.root);
-    return r;
+    return DrainLocalCopy(sd, lo, so,
+                          "global drain of iteration " + std::to_string(iteration) + " from the local tier " + lo.root);
   });
   pyb::dict d = ToDict(st);
   d["drained_from"] = lo.root;
