@@ -7,6 +7,7 @@
 #include <future>
 #include <thread>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/checkpoint.h"
@@ -56,7 +57,7 @@ class SaveRun {
   // `st` as this rank's own failure in `phase`: context and typed origin.
   Status Mine(const Status& st, Phase phase) const { return st.WithContext(Where(phase)).At(rank_, phase); }
   void Timed(Phase phase, Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
-    stats_.phase_seconds[std::string(PhaseName(phase))] += std::chrono::duration<double>(t1 - t0).count();
+    stats_.phase_seconds[std::string(PhaseName(phase))] += SecondsBetween(t0, t1);
   }
 
   // Opens the root (every rank: each writes its file through the root's
@@ -394,7 +395,7 @@ Result<SaveStats> SaveRun::Run() {
   Status after = Step("commit");
   if (!after.ok() && stats_.warning.ok())
     stats_.warning = Warning("the 'commit' step failed on rank " + std::to_string(rank_), after);
-  stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats_.seconds = Since(start);
   return stats_;
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "ckpt/base/agree.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/checkpoint.h"
@@ -29,7 +30,6 @@ using testing::OwnedState;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 bool Has(const Status& s, const std::string& part) { return s.message().find(part) != std::string::npos; }
 
 struct RankResult {
