@@ -6,13 +6,13 @@
 // save, a NaN fault) only in ckpt-lab: harness/lab/lab_flags.cc;
 // --exit-signal-handler: ckpt/workload/exit_signal.h.
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/exit_signal.h"
@@ -105,7 +105,7 @@ Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
   const auto t0 = std::chrono::steady_clock::now();
   const workload::ResumeParts parts{!f.no_rng, !f.no_iterator};
   CKPT_ASSIGN_OR_RETURN(TierChoice c, ChooseResumeTier(*j.saver->local(), f.root));
-  const double choose = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double choose = Since(t0);
   Print0(j, "train: resume from the " + c.tier + " tier, iteration " + std::to_string(c.iteration) + ": " + c.why + "\n");
   json out = {{"tier", c.tier}, {"iteration", c.iteration}, {"why", c.why}, {"local_iteration", c.local_iteration},
               {"global_iteration", c.global_iteration}};
@@ -122,7 +122,7 @@ Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
   }
   // Every rank's restore time (the job's is the slowest rank's, with that
   // rank's phases) and the bytes fetched from peers.
-  const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double mine = Since(t0);
   json phases = out.value("phases", json::object());
   phases["choose"] = choose;
   const json report = {{"seconds", mine}, {"fetched_bytes", out.value("fetched_bytes", int64_t(0))}, {"phases", phases}};

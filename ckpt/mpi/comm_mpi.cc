@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/mpi/arrival_lags.h"
 #include "ckpt/mpi/launcher_term.h"
 
@@ -349,7 +350,7 @@ Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, 
         int done = 0;
         st = MpiStatus(MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE), "MPI_Test");
         if (done) {
-          arrived_s[i] = std::chrono::duration<double>(Clock::now() - start).count();
+          arrived_s[i] = Since(start);
           state[i] = State::kDone;
           --left;
           progressed = true;

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "ckpt/base/agree.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/base/key_bound.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/checkpoint.h"
@@ -501,7 +502,7 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
   }
   if (!r.ok()) return r.status().WithContext("load from '" + opts.root + "'");
   CKPT_RETURN_IF_ERROR(load_internal::AgreeUnexpected(opts, &*r).WithContext("load from '" + opts.root + "'"));
-  r->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r->seconds = Since(start);
   return r;
 }
 
