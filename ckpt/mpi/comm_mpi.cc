@@ -217,7 +217,10 @@ std::vector<std::string> MpiComm::GatherHosts(MPI_Comm comm) {
 }
 
 void MpiComm::NoteLost(const std::vector<int>& ranks) {
-  if (!g_end_job_on_deadline) return;
+  // After a deferred SIGTERM (launcher_term.h) the process is ending too: a
+  // Python survivor sending its outcome to a dead node's ranks hung in MPI
+  // until the grace ran out, and its peers then named it instead (cluster_gpt_sigterm).
+  if (!g_end_job_on_deadline && !LauncherTerminating()) return;
   const std::string& me = hosts_.empty() ? std::string() : hosts_[size_t(rank_)];
   for (int r : ranks) {
     if (!Lost(r)) lost_.push_back(r);

@@ -33,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def import_ckpt():
     """The ckpt package: $CKPT_PYTHONPATH, else <repo>/build/python, else sys.path."""
-    for p in (os.environ.get("CKPT_PYTHONPATH"), os.path.join(REPO, "build", "python")):
+    for p in (os.path.join(REPO, "build", "python"), os.environ.get("CKPT_PYTHONPATH")):  # the last first
         if p and os.path.isdir(p) and p not in sys.path:
             sys.path.insert(0, p)
     try:
@@ -117,6 +117,7 @@ class Checkpointer:
         self.stats_log = open(stats_log, "a") if stats_log and ps.rank == 0 else None
         self.pending = None  # (handle, record) of an async save in flight
         self.tiers = None  # a ckpt.TieredCheckpointer (enable_tiers)
+        self.hold = None  # test hook (train.py --hold-before-save): (rank, seconds) that rank sleeps in each save
 
     def _log(self, rec: dict) -> None:
         if self.stats_log:
@@ -171,6 +172,10 @@ class Checkpointer:
             memcpy_s = memcpy_seconds(mine)
         _barrier(self.ps)
         t0 = time.perf_counter()
+        if self.hold and self.hold[0] == self.ps.rank:  # the others are in ckpt's save, waiting for it
+            print(f"rank {self.ps.rank}: holding {self.hold[1]} s before the save of iteration {job.iteration}",
+                  file=sys.stderr, flush=True)
+            time.sleep(self.hold[1])
         result = ckpt_adapter.save(job, self.ckpt, state, root, self.comm, is_async=is_async,
                                    compress=self.compress, timeout=self.timeout)
         blocking = time.perf_counter() - t0

@@ -136,8 +136,12 @@ def checkpointer(a: argparse.Namespace, ps: ParallelState):
     if not (a.save or a.load):
         return None
     from .ckpt_io import Checkpointer
-    return Checkpointer(ps, save_dir=a.save, interval=a.save_interval, async_save=a.async_save,
-                        comm=a.ckpt_comm, stats_log=a.ckpt_stats, timeout=a.ckpt_timeout)
+    ck = Checkpointer(ps, save_dir=a.save, interval=a.save_interval, async_save=a.async_save,
+                      comm=a.ckpt_comm, stats_log=a.ckpt_stats, timeout=a.ckpt_timeout)
+    if a.hold_before_save:
+        rank, secs = a.hold_before_save.split(":")
+        ck.hold = (int(rank), float(secs))
+    return ck
 
 
 def periodic_save(ck, job: Job, a: argparse.Namespace) -> None:
@@ -195,6 +199,9 @@ def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namesp
     c.add_argument("--ckpt-timeout", type=float, default=None,
                    help="ckpt's collective deadline for saves, seconds (default ckpt's 60): how long the "
                         "survivors of a lost node wait before naming the lost ranks and their hosts")
+    c.add_argument("--hold-before-save", default=None, metavar="RANK:SECONDS",
+                   help="test hook: that rank sleeps this long in each save, after the others entered "
+                        "ckpt's (a slow or lost node; tests/cluster)")
     a = ap.parse_args(argv)
     if a.local_dir and not a.save:
         ap.error("--local-dir needs --save (the global tier)")
