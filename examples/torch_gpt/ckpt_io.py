@@ -183,12 +183,12 @@ class Checkpointer:
                "root": root, "bytes": int(_sum_over_ranks(nbytes, self.ps)),
                "layout": job.ps.layout_json()}
         if is_async:
+            self.pending = (result, rec)  # first: the collectives below may fail (a lost node)
             start = getattr(result, "start_stats", None) or {}
             rec.update(blocking_s=_max_over_ranks(blocking, self.ps),
                        ckpt_blocking_s=_max_over_ranks(start.get("blocking_seconds", 0.0), self.ps),
                        snapshot_bytes=int(_sum_over_ranks(start.get("snapshot_bytes", 0), self.ps)),
                        memcpy_s=_max_over_ranks(memcpy_s, self.ps), t_start=t0)
-            self.pending = (result, rec)
             return rec
         _barrier(self.ps)
         secs = time.perf_counter() - t0
@@ -252,6 +252,20 @@ class Checkpointer:
                "choice": _plain(choice)}
         self._log(rec)
         return choice
+
+    def report_pending(self) -> None:
+        """After a training failure: joins the async save in flight (bounded by ckpt's deadline)
+        and prints how it ended - a lost node's ranks and host (CkptTimeoutError) - which the
+        training collective's error (gloo: "Connection reset by peer") does not say."""
+        if self.pending is None:
+            return
+        handle, rec = self.pending
+        self.pending = None
+        try:
+            handle.wait()
+        except Exception as e:  # noqa: BLE001 - reported, the training error is raised after
+            print(f"rank {self.ps.rank}: the async save of iteration {rec['iteration']} in flight failed: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.wait()

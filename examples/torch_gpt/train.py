@@ -150,6 +150,20 @@ def periodic_save(ck, job: Job, a: argparse.Namespace) -> None:
     ck.save(job)
 
 
+def steps_and_saves(job: Job, ck, a: argparse.Namespace, rec: dict, log) -> None:
+    """After a step: its log line (rank 0) and the saves due."""
+    if job.ps.rank == 0:
+        print(f"iter {rec['iteration']:4d} loss {rec['loss']:.6f} grad_norm "
+              f"{rec['grad_norm']:.4f} lr {rec['lr']:.3e}", flush=True)
+        if log:
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+    if a.local_dir:
+        ck.tier_save(job)
+    elif ck and a.save and a.save_interval and job.iteration % a.save_interval == 0:
+        periodic_save(ck, job, a)
+
+
 def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="python3 -m torch_gpt.train")
     ap.add_argument("--model", default="tiny", help="preset: tiny | small")
@@ -251,17 +265,13 @@ def main(argv: list[str] | None = None) -> None:
     log = open(a.log, "a") if a.log and rank == 0 else None
     t0, start_iter = time.monotonic(), job.iteration
     while job.iteration < train_cfg.steps:
-        rec = train_step(job)
-        if rank == 0:
-            print(f"iter {rec['iteration']:4d} loss {rec['loss']:.6f} grad_norm "
-                  f"{rec['grad_norm']:.4f} lr {rec['lr']:.3e}", flush=True)
-            if log:
-                log.write(json.dumps(rec) + "\n")
-                log.flush()
-        if a.local_dir:
-            ck.tier_save(job)
-        elif ck and a.save and a.save_interval and job.iteration % a.save_interval == 0:
-            periodic_save(ck, job, a)
+        try:
+            rec = train_step(job)
+            steps_and_saves(job, ck, a, rec, log)
+        except Exception:
+            if ck:  # a peer lost: the async save in flight names it by ckpt's deadline
+                ck.report_pending()
+            raise
     saved_last = a.local_dir or (a.save_interval and job.iteration % a.save_interval == 0)
     if ck and a.save and job.iteration > start_iter and not saved_last:
         ck.save(job)  # the final state, as Megatron saves at the end of training
