@@ -137,7 +137,7 @@ def checks(a, res: dict) -> dict:
          "crash_losses_bitwise": sum(x["loss_hex"] == straight[x["iteration"]]["loss_hex"]
                                      for x in logs["crash"]), "crash_losses": len(logs["crash"])}
     c["ok"] = (res["verify"].get("ok", False) and r < kill["killed_in_save_of"]
-               and kill["killed_in_save_of"] not in kill["committed"]
+               and kill["killed_in_save_of"] not in kill["committed"] and kill["lost_named"]
                and not after["differing"] and c["resumed_steps"] == list(range(r + 1, a.steps + 1))
                and c["resumed_max_abs_loss_diff"] < 1e-3
                and c["crash_losses_bitwise"] == c["crash_losses"])
