@@ -68,7 +68,10 @@ void Install(State& s, bool on) {
     sa.sa_flags = SA_RESTART;
     s.installed = sigaction(SIGTERM, &sa, nullptr) == 0;
   } else if (s.installed) {
-    signal(SIGTERM, SIG_DFL);
+    // Back to the default - unless the program installed its own handler meanwhile (Python's
+    // signal.signal in the main thread while an async save's wait was in flight).
+    if (sigaction(SIGTERM, nullptr, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == OnSignal)
+      signal(SIGTERM, SIG_DFL);
     s.installed = false;
   }
 }
