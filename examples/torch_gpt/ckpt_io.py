@@ -211,7 +211,9 @@ class Checkpointer:
                      ranks_per_node: int = 1) -> None:
         """Two tiers (ckpt.TieredCheckpointer): local saves every local_every iterations under
         local_dir ("{node}": the node index), replicated to `replicas` other nodes; the global
-        tier (save_dir) every global_every, drained in the background from the local copy."""
+        tier (save_dir) every global_every, drained in the background from the local copy. A
+        save blocks the loop only for a host snapshot of the state; the rest runs in the
+        background and is joined (logged as "tier_joined") at the next save and at close()."""
         kwargs = {"timeout": self.timeout} if self.timeout is not None else {}
         self.tiers = self.ckpt.TieredCheckpointer(self.save_dir, local_dir, local_every, global_every,
                                                   replicas=replicas, ranks_per_node=ranks_per_node,
@@ -228,6 +230,8 @@ class Checkpointer:
         rec = {"op": "tier_save", "iteration": job.iteration, "local": _plain(out["local"]),
                "global": _plain(out["global"]), "blocking_s": _max_over_ranks(time.perf_counter() - t0, self.ps)}
         self._log(rec)
+        if out["joined"] is not None:  # the previous save, finished in the background
+            self._log({"op": "tier_joined", **_plain(out["joined"])})
         return rec
 
     def tier_resume(self, job) -> dict:
@@ -251,7 +255,9 @@ class Checkpointer:
     def close(self) -> None:
         self.wait()
         if self.tiers is not None:
-            self._log({"op": "tier_drain_joined", "global": _plain(self.tiers.wait())})
+            joined = self.tiers.wait()
+            if joined is not None:
+                self._log({"op": "tier_joined", **_plain(joined)})
         if self.stats_log:
             self.stats_log.close()
 
