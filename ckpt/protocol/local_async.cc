@@ -76,6 +76,12 @@ Status AsyncLocalSaver::Grow(size_t bytes, double* seconds) {
   return Status::Ok();
 }
 
+int64_t AsyncLocalSaver::ArenaBytes(const ShardedStateDict& state) {
+  size_t total = 0;
+  Offsets(state, &total);
+  return int64_t(total);
+}
+
 Status AsyncLocalSaver::Reserve(int64_t bytes) {
   if (bytes < 0) return Status::InvalidArgument("local tier snapshot reserve: negative size " + std::to_string(bytes));
   if (pending_.valid()) CKPT_RETURN_IF_ERROR(Wait().status());

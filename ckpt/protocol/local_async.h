@@ -69,6 +69,8 @@ class AsyncLocalSaver {
   // The arena holds at least `bytes` (allocated and faulted in now); joins a
   // job in flight first (the arena is its snapshot), returning its error.
   Status Reserve(int64_t bytes);
+  // The arena bytes a snapshot of `state` takes (alignment padding included).
+  static int64_t ArenaBytes(const ShardedStateDict& state);
   bool in_flight() const { return pending_.valid(); }
   int64_t arena_capacity() const { return int64_t(arena_bytes_); }
 

@@ -144,15 +144,17 @@ class Checkpointer:
         return rec
 
     def reserve(self, job) -> int:
-        """With async saves: allocates the snapshot arena for the job's state now
-        (ckpt.reserve_async_save; at job start, not collective), so the first
-        async save blocks for the copy only, not for mapping fresh memory.
-        Returns the arena bytes (0 without async saves)."""
-        if not self.async_save:
+        """With async saves or tiers: allocates the snapshot arena for the job's
+        state now (ckpt.reserve_async_save / TieredCheckpointer.reserve; at job
+        start, not collective), so the first save blocks for the copy only, not
+        for mapping fresh memory. Returns the arena bytes (0 without either)."""
+        if not self.async_save and self.tiers is None:
             return 0
         state = ckpt_adapter.torch_state(job, self.ckpt)
-        return self.ckpt.reserve_async_save(self.ckpt.torch_bridge.flat_state(state.sharded_state_dict()),
-                                            comm=self.comm)
+        flat = self.ckpt.torch_bridge.flat_state(state.sharded_state_dict())
+        if self.tiers is not None:  # the local tier's snapshot memory (TieredCheckpointer.reserve)
+            return self.tiers.reserve(flat)
+        return self.ckpt.reserve_async_save(flat, comm=self.comm)
 
     def maybe_save(self, job) -> None:
         if self.save_dir and self.interval > 0 and job.iteration % self.interval == 0:

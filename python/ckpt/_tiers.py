@@ -54,6 +54,21 @@ class TieredCheckpointer:
         glob = self.global_every > 0 and iteration % self.global_every == 0
         return (self.local_every > 0 and iteration % self.local_every == 0) or glob, glob
 
+    def _local_saver(self):
+        if self._saver is None:
+            self._saver = _ckpt.LocalSaver(async_handle_of(self.comm))
+        return self._saver
+
+    def reserve(self, state):
+        """Allocates (and faults in) the host snapshot memory for a state shaped like `state` now, so
+        that the first save blocks for the copy only (else it maps fresh memory: allocate_seconds).
+        Joins a save in flight first (raising its error). Returns the capacity in bytes; the memory
+        is reused by later saves and grows when a state needs more. Not collective."""
+        tensors, _, bufs, _ = _entries(state, for_load=False, op="reserve")
+        capacity = self._local_saver().reserve(tensors)
+        del bufs
+        return capacity
+
     def save(self, state, iteration):
         """Starts the tiers due at `iteration`: returns {"local": ..., "global": ..., "joined": ...}
         (None where not due). Blocks only to join the previous save and to snapshot the state;
@@ -65,10 +80,8 @@ class TieredCheckpointer:
         out = {"local": None, "global": None, "joined": None}
         if not local:
             return out
-        if self._saver is None:
-            self._saver = _ckpt.LocalSaver(async_handle_of(self.comm))
         tensors, objs, bufs, _ = _entries(state, for_load=False, op="save")
-        st = self._saver.start(tensors, objs, int(iteration), self.local_dir, self.ranks_per_node, self.replicas,
+        st = self._local_saver().start(tensors, objs, int(iteration), self.local_dir, self.ranks_per_node, self.replicas,
                                self.timeout, json.dumps(self.layout), self.root if glob else "", self.metadata)
         del bufs  # the live tensors are copied: training may change them now
         out["joined"] = st.pop("joined")

@@ -152,6 +152,19 @@ class PyLocalSaver {
     d["joined"] = JobOf(st.previous);
     return d;
   }
+  // Allocates (and faults in) the snapshot arena for these tensors now;
+  // joins a job in flight first (raising its error). Returns the capacity.
+  int64_t Reserve(const pyb::list& tensors) {
+    const int rank = comm_ && comm_->get() ? comm_->get()->rank() : 0;
+    ShardedStateDict sd = StateOf(tensors, pyb::list(), rank, "local save");
+    Status st;
+    {
+      pyb::gil_scoped_release nogil;
+      st = saver_->Reserve(AsyncLocalSaver::ArenaBytes(sd));
+    }
+    Check(st, rank, "local save");
+    return saver_->arena_capacity();
+  }
   // Joins the job in flight (raising its error); None when there is none.
   pyb::object Wait() {
     if (!saver_->in_flight()) return pyb::none();
@@ -173,6 +186,7 @@ void DefineTiers(pyb::module_& m) {
   pyb::class_<PyLocalSaver>(m, "LocalSaver")
       .def(pyb::init<std::shared_ptr<CommHandle>>())
       .def("start", &PyLocalSaver::Start)
+      .def("reserve", &PyLocalSaver::Reserve)
       .def("wait", &PyLocalSaver::Wait)
       .def("in_flight", &PyLocalSaver::InFlight);
 }
