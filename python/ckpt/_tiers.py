@@ -23,7 +23,7 @@ import json
 import pickle
 
 from . import _ckpt
-from ._api import _entries, _json, load as _load
+from ._api import _JOIN_AT_EXIT, _entries, _json, load as _load
 from ._comm import async_handle_of, handle_of
 from ._descriptors import ShardedTensor, rebuild
 
@@ -57,6 +57,7 @@ class TieredCheckpointer:
     def _local_saver(self):
         if self._saver is None:
             self._saver = _ckpt.LocalSaver(async_handle_of(self.comm))
+            _JOIN_AT_EXIT.add(self)  # a save in flight is joined before MPI is finalised
         return self._saver
 
     def reserve(self, state):
