@@ -7,7 +7,8 @@ every step changes every tensor (as an optimizer step does) and then "computes" 
 seconds; a local save every step (node dir in tmpfs, /dev/shm), a global save every --global-every
 (drained from the local copy, root under /tmp). Per save: the time save() blocks the loop (Python
 wall time, descriptors included), of which ckpt's snapshot copy and the wait for the previous
-save's background job. Baseline, right before each save (same machine load): ckpt_lab.memcpy_seconds,
+save's background job (0 when --step-s outlasts the background work, as the default does here).
+Baseline, right before each save (same machine load): ckpt_lab.memcpy_seconds,
 the median of 3 memcpys of the same tensors into one warm buffer (MedianStateMemcpySeconds, what
 the C++ async bench uses); the ratio is per save, its median and range over the steady saves.
 
@@ -65,8 +66,8 @@ for step in range(1, a.steps + 1):
     t0 = time.perf_counter()
     out = tc.save(sd, step)
     blocked = time.perf_counter() - t0
-    saves.append({"blocked": blocked, "memcpy": memcpy, **{k: out["local"][k] for k in ("snapshot_seconds", "wait_previous_seconds",
-                                                                      "allocate_seconds")}})
+    keys = ("snapshot_seconds", "wait_previous_seconds", "allocate_seconds")
+    saves.append({"blocked": blocked, "memcpy": memcpy, **{k: out["local"][k] for k in keys}})
     if out["joined"]:
         joined.append(out["joined"])
     time.sleep(a.step_s)  # the forward/backward of the next step
@@ -77,7 +78,8 @@ med = {k: statistics.median(s[k] for s in steady) for k in ("blocked", "snapshot
 ratios = [s["blocked"] / s["memcpy"] for s in steady]
 row = {"bench": "py_tiers_local_save", "rank": rank, "world": world, "state_bytes": nbytes, "steps": a.steps,
        "step_s": a.step_s, "memcpy_same_bytes_median_s": med["memcpy"],
-       "reserved_bytes": reserved, "reserve_s": reserve_s, "first": saves[0], "steady_blocked_median_s": med["blocked"], "steady_snapshot_median_s": med["snapshot_seconds"],
+       "reserved_bytes": reserved, "reserve_s": reserve_s, "first": saves[0],
+       "steady_blocked_median_s": med["blocked"], "steady_snapshot_median_s": med["snapshot_seconds"],
        "steady_wait_previous_median_s": med["wait_previous_seconds"],
        "ratio_blocked_vs_memcpy_median": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)],
        "ratio_snapshot_vs_memcpy_median": statistics.median(s["snapshot_seconds"] / s["memcpy"] for s in steady),

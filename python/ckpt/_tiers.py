@@ -82,8 +82,9 @@ class TieredCheckpointer:
         if not local:
             return out
         tensors, objs, bufs, _ = _entries(state, for_load=False, op="save")
-        st = self._local_saver().start(tensors, objs, int(iteration), self.local_dir, self.ranks_per_node, self.replicas,
-                               self.timeout, json.dumps(self.layout), self.root if glob else "", self.metadata)
+        st = self._local_saver().start(tensors, objs, int(iteration), self.local_dir, self.ranks_per_node,
+                                       self.replicas, self.timeout, json.dumps(self.layout),
+                                       self.root if glob else "", self.metadata)
         del bufs  # the live tensors are copied: training may change them now
         out["joined"] = st.pop("joined")
         out["local"] = st
