@@ -145,15 +145,17 @@ class Checkpointer:
         return rec
 
     def reserve(self, job) -> int:
-        """With async saves: allocates the snapshot arena for the job's state now
-        (ckpt.reserve_async_save; at job start, not collective), so the first
-        async save blocks for the copy only, not for mapping fresh memory.
-        Returns the arena bytes (0 without async saves)."""
-        if not self.async_save:
+        """With async saves or tiers: allocates the snapshot arena for the job's
+        state now (ckpt.reserve_async_save / TieredCheckpointer.reserve; at job
+        start, not collective), so the first save blocks for the copy only, not
+        for mapping fresh memory. Returns the arena bytes (0 without either)."""
+        if not self.async_save and self.tiers is None:
             return 0
         state = ckpt_adapter.torch_state(job, self.ckpt)
-        return self.ckpt.reserve_async_save(self.ckpt.torch_bridge.flat_state(state.sharded_state_dict()),
-                                            comm=self.comm)
+        flat = self.ckpt.torch_bridge.flat_state(state.sharded_state_dict())
+        if self.tiers is not None:  # the local tier's snapshot memory (TieredCheckpointer.reserve)
+            return self.tiers.reserve(flat)
+        return self.ckpt.reserve_async_save(flat, comm=self.comm)
 
     def maybe_save(self, job) -> None:
         if self.save_dir and self.interval > 0 and job.iteration % self.interval == 0:
@@ -216,7 +218,9 @@ class Checkpointer:
                      ranks_per_node: int = 1) -> None:
         """Two tiers (ckpt.TieredCheckpointer): local saves every local_every iterations under
         local_dir ("{node}": the node index), replicated to `replicas` other nodes; the global
-        tier (save_dir) every global_every, drained in the background from the local copy."""
+        tier (save_dir) every global_every, drained in the background from the local copy. A
+        save blocks the loop only for a host snapshot of the state; the rest runs in the
+        background and is joined (logged as "tier_joined") at the next save and at close()."""
         kwargs = {"timeout": self.timeout} if self.timeout is not None else {}
         self.tiers = self.ckpt.TieredCheckpointer(self.save_dir, local_dir, local_every, global_every,
                                                   replicas=replicas, ranks_per_node=ranks_per_node,
@@ -233,6 +237,8 @@ class Checkpointer:
         rec = {"op": "tier_save", "iteration": job.iteration, "local": _plain(out["local"]),
                "global": _plain(out["global"]), "blocking_s": _max_over_ranks(time.perf_counter() - t0, self.ps)}
         self._log(rec)
+        if out["joined"] is not None:  # the previous save, finished in the background
+            self._log({"op": "tier_joined", **_plain(out["joined"])})
         return rec
 
     def tier_resume(self, job) -> dict:
@@ -270,7 +276,9 @@ class Checkpointer:
     def close(self) -> None:
         self.wait()
         if self.tiers is not None:
-            self._log({"op": "tier_drain_joined", "global": _plain(self.tiers.wait())})
+            joined = self.tiers.wait()
+            if joined is not None:
+                self._log({"op": "tier_joined", **_plain(joined)})
         if self.stats_log:
             self.stats_log.close()
 

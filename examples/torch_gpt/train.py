@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"tiers: resumed from {choice['tier']} iteration {choice['iteration']}: {choice['why']}",
                   flush=True)
     if ck and a.save:
-        ck.reserve(job)  # async saves: the arena now, so the first save does not stall
+        ck.reserve(job)  # async saves / tiers: the snapshot memory now, so the first save does not stall
     log = open(a.log, "a") if a.log and rank == 0 else None
     t0, start_iter = time.monotonic(), job.iteration
     while job.iteration < train_cfg.steps:

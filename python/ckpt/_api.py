@@ -3,6 +3,7 @@ import json
 import pickle
 import time
 import warnings
+import weakref
 
 from . import _ckpt
 from ._comm import async_handle_of, ends_after_launcher_term, handle_of
@@ -176,16 +177,25 @@ class _Saver:
 _SAVERS = []
 
 
+# Objects whose background saves shutdown() joins (TieredCheckpointer: wait()).
+_JOIN_AT_EXIT = weakref.WeakSet()
+
+
 def shutdown():
-    """At exit: joins async saves still in flight (errors dropped: nothing of a
-    failed save is published), then frees ckpt's MPI communicators and finalises
-    MPI if ckpt initialised it."""
+    """At exit: joins async saves still in flight (and TieredCheckpointers'
+    background saves; errors dropped: nothing of a failed save is published),
+    then frees ckpt's MPI communicators and finalises MPI if ckpt initialised it."""
     for s in _SAVERS:
         if s.current is not None:
             try:
                 s.current.wait()
             except Exception:  # noqa: BLE001
                 pass
+    for t in list(_JOIN_AT_EXIT):
+        try:
+            t.wait()
+        except Exception:  # noqa: BLE001
+            pass
     _ckpt.shutdown_mpi()
 
 

@@ -7,21 +7,23 @@ Failure model: any `replicas` whole nodes may be lost (their local dirs gone); r
 restores from the survivors and their replicas. More lost, a layout change or no complete local
 iteration: the global tier.
 
-The global save is drained from the local copy, as the CLI's `ckpt train --local-dir` does: at a
-global iteration the local save is taken first (it blocks, as every local save does), then a
-background thread reads this rank's committed local copy (<node dir>/rank_<r>/iter_N, chunk hashes
-checked) into buffers of its own and saves that to `root` (no second snapshot of training memory;
-training goes on). The drain runs on the comm's async duplicate (the one ckpt.async_save uses: do
-not run a ckpt.async_save on the same comm while a drain is in flight) and is joined (its error
-raised) at the next global save, at resume() and at close(); the local saves in between keep its
-iteration (pinned) on disk until it is joined.
+What blocks: save() only joins the previous save (if still running) and copies the state into
+host memory (one arena reused across saves, one memcpy of the state's bytes: the C++
+AsyncLocalSaver of ckpt/protocol/local_async.h); training may overwrite its tensors as soon as
+save() returns. In the background, on the comm's async duplicate (the one ckpt.async_save uses:
+do not run a ckpt.async_save on the same comm while a save is in flight): the local write, the
+replication to the peers, the local commit and, at a global iteration, the global save drained
+from this rank's committed local copy (<node dir>/rank_<r>/iter_N, chunk hashes checked, read
+back into the same host arena: no second snapshot of training memory). At most one save is in
+flight; it is joined at the next save(), resume(), wait() and close(), and its failure is raised
+there (ckpt.CkptError with .rank and .phase; nothing of it is marked or committed, the previous
+iterations stay usable).
 """
 import json
 import pickle
-import threading
 
 from . import _ckpt
-from ._api import _entries, _json, load as _load
+from ._api import _JOIN_AT_EXIT, _entries, _json, load as _load
 from ._comm import async_handle_of, handle_of
 from ._descriptors import ShardedTensor, rebuild
 
@@ -41,10 +43,10 @@ class TieredCheckpointer:
         self.comm, self.timeout = comm, float(timeout)
         self.layout = dict(layout or {})
         self.metadata = _json(metadata, "metadata")
-        self._drain = None  # the global drain in flight: _Drain
+        self._saver = None  # _ckpt.LocalSaver on the comm's async duplicate (made at the first save)
 
-    def _args(self, handle=None):
-        return (self.local_dir, self.ranks_per_node, self.replicas, handle or handle_of(self.comm), self.timeout,
+    def _args(self):
+        return (self.local_dir, self.ranks_per_node, self.replicas, handle_of(self.comm), self.timeout,
                 json.dumps(self.layout))
 
     def due(self, iteration):
@@ -52,33 +54,53 @@ class TieredCheckpointer:
         glob = self.global_every > 0 and iteration % self.global_every == 0
         return (self.local_every > 0 and iteration % self.local_every == 0) or glob, glob
 
+    def _local_saver(self):
+        if self._saver is None:
+            self._saver = _ckpt.LocalSaver(async_handle_of(self.comm))
+            _JOIN_AT_EXIT.add(self)  # a save in flight is joined before MPI is finalised
+        return self._saver
+
+    def reserve(self, state):
+        """Allocates (and faults in) the host snapshot memory for a state shaped like `state` now, so
+        that the first save blocks for the copy only (else it maps fresh memory: allocate_seconds).
+        Joins a save in flight first (raising its error). Returns the capacity in bytes; the memory
+        is reused by later saves and grows when a state needs more. Not collective."""
+        tensors, _, bufs, _ = _entries(state, for_load=False, op="reserve")
+        capacity = self._local_saver().reserve(tensors)
+        del bufs
+        return capacity
+
     def save(self, state, iteration):
-        """Saves the tiers due at `iteration`; returns {"local": stats, "global": ...} (None if not due).
-        Collective. The global save is started here and drained in the background: out["global"]
-        is {"iteration", "mode": "background", "joined": stats of the previous drain or None};
-        wait() returns the drain's save stats."""
+        """Starts the tiers due at `iteration`: returns {"local": ..., "global": ..., "joined": ...}
+        (None where not due). Blocks only to join the previous save and to snapshot the state;
+        out["local"] is {"iteration", "mode": "background", "blocking_seconds" (= wait_previous_seconds
+        + snapshot_seconds), "snapshot_bytes", "allocate_seconds" (growing the host arena, first save)};
+        out["global"] is {"iteration", "mode": "background"} at a global iteration; out["joined"] is
+        the previous save's result (as wait()'s) when this call joined it. Collective."""
         local, glob = self.due(iteration)
-        out = {"local": None, "global": None}
+        out = {"local": None, "global": None, "joined": None}
+        if not local:
+            return out
+        tensors, objs, bufs, _ = _entries(state, for_load=False, op="save")
+        st = self._local_saver().start(tensors, objs, int(iteration), self.local_dir, self.ranks_per_node,
+                                       self.replicas, self.timeout, json.dumps(self.layout),
+                                       self.root if glob else "", self.metadata)
+        del bufs  # the live tensors are copied: training may change them now
+        out["joined"] = st.pop("joined")
+        out["local"] = st
         if glob:
-            joined = self.wait()
-        if local:
-            tensors, objs, _, _ = _entries(state, for_load=False, op="save")
-            pinned = self._drain.iteration if self._drain is not None else -1
-            out["local"] = _ckpt.local_save(tensors, objs, int(iteration), *self._args(), pinned)
-        if glob:
-            # tensors and objs hold only the metadata the drain needs: it never reads their bytes.
-            args = (tensors, objs, int(iteration), *self._args(async_handle_of(self.comm)), self.root, self.metadata)
-            self._drain = _Drain(int(iteration), args)
-            out["global"] = {"iteration": int(iteration), "mode": "background", "joined": joined}
+            out["global"] = {"iteration": int(iteration), "mode": "background"}
         return out
 
     def wait(self):
-        """Joins the global drain in flight (raising its error); returns its save stats (None if none)."""
-        drain, self._drain = self._drain, None
-        return drain.join() if drain is not None else None
+        """Joins the save in flight (raising its error). Returns its result, None if none was in flight:
+        {"iteration", "local": local save stats (bytes written, sent and received over the network,
+        buffer bytes, write/replicate/commit seconds), "global": the drained global save's stats (with
+        "drained_from") or None, "background_seconds"}."""
+        return self._saver.wait() if self._saver is not None else None
 
     def close(self):
-        """Joins the global drain in flight (raising its error). Collective."""
+        """Joins the save in flight (raising its error). Collective."""
         self.wait()
 
     def __enter__(self):
@@ -90,7 +112,7 @@ class TieredCheckpointer:
     def resume(self, state):
         """Restores the newest iteration complete in some tier into `state`'s buffers.
         Returns (state, choice): choice has tier ("local", "global" or "none"), iteration, why;
-        with "none" state is returned untouched. Joins a drain in flight first."""
+        with "none" state is returned untouched. Joins a save in flight first."""
         self.wait()
         choice = _ckpt.choose_tier(*self._args(), self.root)
         if choice["tier"] == "global":
@@ -105,23 +127,3 @@ class TieredCheckpointer:
         loaded = {id(o): pickle.loads(blob) for (_, o), blob in zip(objects, blobs)}
         return rebuild(state, lambda d: d.data if isinstance(d, ShardedTensor) else loaded[id(d)]), choice
 
-
-class _Drain:
-    """One global drain on a thread of its own (the C++ call releases the GIL)."""
-
-    def __init__(self, iteration, args):
-        self.iteration, self._stats, self._error = iteration, None, None
-        self._thread = threading.Thread(target=self._run, args=(args,), name=f"ckpt-drain-{iteration}", daemon=True)
-        self._thread.start()
-
-    def _run(self, args):
-        try:
-            self._stats = _ckpt.local_drain(*args)
-        except BaseException as e:  # noqa: BLE001 - raised at join
-            self._error = e
-
-    def join(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._stats

@@ -9,6 +9,7 @@
 
 #include "ckpt/base/env.h"
 #include "ckpt/base/timeout.h"
+#include "ckpt/protocol/local_async.h"
 #include "ckpt/protocol/local_tier.h"
 #include "py_comm.h"
 #include "py_state.h"
@@ -45,26 +46,6 @@ auto WithoutGil(int rank, const char* what, Call&& call) {
   return Value(std::move(r), rank, what);
 }
 
-pyb::dict LocalSaveOf(const pyb::list& tensors, const pyb::list& objects, int64_t iteration, const std::string& dir,
-                      int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm, double timeout_s,
-                      const std::string& layout, int64_t pinned) {
-  LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
-  o.pinned = pinned;  // the iteration a background drain still reads (-1: none)
-  ShardedStateDict sd = StateOf(tensors, objects, RankOf(o), "local save");
-  LocalSaveStats st = WithoutGil(RankOf(o), "local save", [&] { return LocalSave(sd, iteration, o); });
-  pyb::dict d;
-  d["iteration"] = st.iteration;
-  d["own_bytes"] = st.own_bytes;
-  d["network_bytes_sent"] = st.sent_bytes;
-  d["network_bytes_received"] = st.received_bytes;
-  d["buffer_bytes"] = st.buffer_bytes;
-  d["write_seconds"] = st.write_seconds;
-  d["replicate_seconds"] = st.replicate_seconds;
-  d["commit_seconds"] = st.commit_seconds;
-  d["seconds"] = st.seconds;
-  return d;
-}
-
 pyb::dict ChooseTierOf(const std::string& dir, int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm,
                        double timeout_s, const std::string& layout, const std::string& global_root) {
   LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
@@ -96,48 +77,118 @@ pyb::tuple LocalRestoreOf(const pyb::list& tensors, const pyb::list& objects, in
   return pyb::make_tuple(d, objs);
 }
 
-// The global save of `iteration` drained from this rank's committed local copy
-// (as the CLI's TrainSaver::MakeDrain): the live tensors give only the
-// metadata; the bytes are read from <node dir>/rank_<r>/iter_N (chunk hashes
-// checked) into buffers of the drain's own, then saved under `root`. Meant
-// for a background thread on a comm of its own (the GIL is released).
-pyb::dict LocalDrainOf(const pyb::list& tensors, const pyb::list& objects, int64_t iteration, const std::string& dir,
-                       int ranks_per_node, int replicas, const std::shared_ptr<CommHandle>& comm, double timeout_s,
-                       const std::string& layout, const std::string& root, const std::string& metadata) {
-  LocalTierOptions lt = TierOpts(dir, ranks_per_node, replicas, comm, timeout_s, layout);
-  const int rank = RankOf(lt);
-  std::vector<std::byte> buf;
-  ShardedStateDict sd = DrainBuffers(StateOf(tensors, objects, rank, "global drain"), &buf);
+pyb::dict LocalStatsOf(const LocalSaveStats& st) {
+  pyb::dict d;
+  d["iteration"] = st.iteration;
+  d["own_bytes"] = st.own_bytes;
+  d["network_bytes_sent"] = st.sent_bytes;
+  d["network_bytes_received"] = st.received_bytes;
+  d["buffer_bytes"] = st.buffer_bytes;
+  d["write_seconds"] = st.write_seconds;
+  d["replicate_seconds"] = st.replicate_seconds;
+  d["commit_seconds"] = st.commit_seconds;
+  d["seconds"] = st.seconds;
+  return d;
+}
+
+pyb::object JobOf(const std::optional<LocalJobStats>& job) {
+  if (!job) return pyb::none();
+  pyb::dict d;
+  d["iteration"] = job->iteration;
+  d["local"] = LocalStatsOf(job->local);
+  d["background_seconds"] = job->background_seconds;
+  if (job->drained) {
+    pyb::dict g = ToDict(job->drain);
+    g["drained_from"] = job->drained_from;
+    d["global"] = g;
+  } else {
+    d["global"] = pyb::none();
+  }
+  return d;
+}
+
+// The global save of an iteration drained from the rank's committed local
+// copy (as the CLI's TrainSaver::MakeDrain): into `root`, on the tier's comm.
+SaveOptions DrainOptions(const LocalTierOptions& lt, const std::string& root, const std::string& metadata) {
   SaveOptions so;
   so.root = root;
-  so.iteration = iteration;
   so.comm = lt.comm;
   so.timeout = lt.timeout;
   so.allow_older = true;
   so.metadata = nlohmann::json::parse(metadata);
   so.layout = lt.layout;
   if (!so.layout.contains("world")) so.layout["world"] = lt.comm ? lt.comm->size() : 1;
-  LoadOptions lo;
-  lo.root = JoinPath(lt.NodeDir(lt.node_of(rank)), "rank_" + std::to_string(rank));
-  lo.iteration = iteration;
-  lo.env = lt.env;
-  lo.timeout = lt.timeout;
-  SaveStats st = WithoutGil(rank, "global drain", [&]() -> Result<SaveStats> {
-    return DrainLocalCopy(sd, lo, so,
-                          "global drain of iteration " + std::to_string(iteration) + " from the local tier " + lo.root);
-  });
-  pyb::dict d = ToDict(st);
-  d["drained_from"] = lo.root;
-  return d;
+  return so;
 }
+
+// AsyncLocalSaver (ckpt/protocol/local_async.h) over the comm dedicated to
+// its background job (the job comm's async duplicate; kept alive with it).
+class PyLocalSaver {
+ public:
+  explicit PyLocalSaver(std::shared_ptr<CommHandle> comm) : comm_(std::move(comm)) {}
+  ~PyLocalSaver() {
+    pyb::gil_scoped_release nogil;  // a callback comm in flight needs the GIL
+    saver_.reset();
+  }
+  // Joins the previous job (raising its error), snapshots the state and
+  // starts local iteration `iteration`; a non-empty `root` also drains it
+  // there (the global tier) after the local commit.
+  pyb::dict Start(const pyb::list& tensors, const pyb::list& objects, int64_t iteration, const std::string& dir,
+                  int ranks_per_node, int replicas, double timeout_s, const std::string& layout,
+                  const std::string& root, const std::string& metadata) {
+    LocalTierOptions o = TierOpts(dir, ranks_per_node, replicas, comm_, timeout_s, layout);
+    ShardedStateDict sd = StateOf(tensors, objects, RankOf(o), "local save");
+    std::optional<SaveOptions> drain;
+    if (!root.empty()) drain = DrainOptions(o, root, metadata);
+    LocalStartStats st = WithoutGil(RankOf(o), "local save", [&] { return saver_->Start(sd, iteration, o, drain); });
+    pyb::dict d;
+    d["iteration"] = iteration;
+    d["mode"] = "background";
+    d["blocking_seconds"] = st.blocking_seconds();
+    d["wait_previous_seconds"] = st.wait_previous_seconds;
+    d["snapshot_seconds"] = st.snapshot_seconds;
+    d["allocate_seconds"] = st.allocate_seconds;
+    d["snapshot_bytes"] = st.snapshot_bytes;
+    d["joined"] = JobOf(st.previous);
+    return d;
+  }
+  // Allocates (and faults in) the snapshot arena for these tensors now;
+  // joins a job in flight first (raising its error). Returns the capacity.
+  int64_t Reserve(const pyb::list& tensors) {
+    const int rank = comm_ && comm_->get() ? comm_->get()->rank() : 0;
+    ShardedStateDict sd = StateOf(tensors, pyb::list(), rank, "local save");
+    Status st;
+    {
+      pyb::gil_scoped_release nogil;
+      st = saver_->Reserve(AsyncLocalSaver::ArenaBytes(sd));
+    }
+    Check(st, rank, "local save");
+    return saver_->arena_capacity();
+  }
+  // Joins the job in flight (raising its error); None when there is none.
+  pyb::object Wait() {
+    if (!saver_->in_flight()) return pyb::none();
+    const int rank = comm_ && comm_->get() ? comm_->get()->rank() : 0;
+    return JobOf(WithoutGil(rank, "local save", [&] { return saver_->Wait(); }));
+  }
+  bool InFlight() const { return saver_->in_flight(); }
+
+ private:
+  std::shared_ptr<CommHandle> comm_;
+  std::unique_ptr<AsyncLocalSaver> saver_ = std::make_unique<AsyncLocalSaver>();
+};
 
 }  // namespace
 
 void DefineTiers(pyb::module_& m) {
-  m.def("local_save", &LocalSaveOf);
   m.def("choose_tier", &ChooseTierOf);
   m.def("local_restore", &LocalRestoreOf);
-  m.def("local_drain", &LocalDrainOf);
+  pyb::class_<PyLocalSaver>(m, "LocalSaver")
+      .def(pyb::init<std::shared_ptr<CommHandle>>())
+      .def("start", &PyLocalSaver::Start)
+      .def("reserve", &PyLocalSaver::Reserve)
+      .def("wait", &PyLocalSaver::Wait)
+      .def("in_flight", &PyLocalSaver::InFlight);
 }
 
 }  // namespace ckpt::py

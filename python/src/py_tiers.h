@@ -1,6 +1,8 @@
 // Registers the local tier (ckpt/protocol/local_tier.h) on the _ckpt module:
-// local_save, choose_tier, local_restore and local_drain (the global save
-// drained from the local copy); python/ckpt/_tiers.py wraps them.
+// LocalSaver (the local save as a host snapshot, written, replicated,
+// committed and - when due - drained to the global tier in the background:
+// ckpt/protocol/local_async.h), choose_tier and local_restore;
+// python/ckpt/_tiers.py wraps them.
 #pragma once
 
 #include <pybind11/pybind11.h>

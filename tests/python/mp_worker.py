@@ -182,21 +182,26 @@ def causes(comm, rank, d):
 
 
 def tiers(comm, rank, d):
-    """TieredCheckpointer, TP2 x DP2 as 2 nodes x 2 ranks: local saves 2, 4, 6 (replicated),
-    global 4 (drained from the local copy in the background while the live tensors are overwritten;
-    loaded back bitwise); node 1's local dir removed (a fresh node); resume restores local 6 bitwise,
+    """TieredCheckpointer, TP2 x DP2 as 2 nodes x 2 ranks: local saves 2, 4, 6 (snapshots, then
+    written, replicated and committed in the background while the live tensors are overwritten),
+    global 4 (drained in the background from the local copy; loaded back bitwise); node 1's local dir removed (a fresh node); resume restores local 6 bitwise,
     node 1's ranks fetching their copies from node 0's replicas."""
     import shutil
     tp_rank, dp_rank = rank % 2, rank // 2
     tc = ckpt.TieredCheckpointer(os.path.join(d, "global"), os.path.join(d, "node{node}"), local_every=2,
                                  global_every=4, replicas=1, ranks_per_node=2, comm=comm, layout={"tp": 2, "dp": 2})
+    joined = []
     for it in (2, 4, 6):
         sd, live, _ = state(2, tp_rank, dp_rank, True, it=it)
-        st = tc.save(sd, it)
-        assert st["local"]["network_bytes_sent"] > 0 and (st["global"] is not None) == (it == 4), st
-        for t in live.values():  # training goes on: the global drain must read the local copy, not these
+        st = tc.save(sd, it)  # blocks for the snapshot only: written, replicated, committed in the background
+        assert st["local"]["mode"] == "background" and (st["global"] is not None) == (it == 4), st
+        joined.append(st["joined"])
+        for t in live.values():  # training goes on at once: neither tier may see these values
             t.fill_(7)
-    drained = tc.wait()  # the global save of 4, drained in the background from the local copy
+    joined.append(tc.wait())
+    assert [j["iteration"] for j in joined[1:]] == [2, 4, 6], joined
+    assert all(j["local"]["network_bytes_sent"] > 0 for j in joined[1:]), joined
+    drained = joined[2]["global"]  # the global save of 4, drained in the background from the local copy
     assert drained["iteration"] == 4 and drained["drained_from"].endswith(f"node{rank // 2}/rank_{rank}"), drained
     sd, mine, _ = state(2, tp_rank, dp_rank, False, it=4)
     ckpt.load(sd, os.path.join(d, "global"), iteration=4, comm=comm)

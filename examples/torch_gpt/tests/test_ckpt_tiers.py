@@ -28,7 +28,11 @@ def test_resume_from_the_local_tier_after_losing_a_node_is_bitwise(ckpt_build, t
     resumed = ckpt_job(ckpt_build, d, "resumed", 2, TP2 + tiers + ["--steps", 8, "--save-ref", d / "resumed.pt"])
 
     stats = [json.loads(line) for line in (d / "stats.jsonl").read_text().splitlines()]
-    drained = [s["global"] for s in stats if s["op"] == "tier_drain_joined" and s["global"]]
+    joined = [s for s in stats if s["op"] == "tier_joined"]  # each local save, finished in the background
+    assert [s["iteration"] for s in joined] == [2, 4, 6, 8], joined
+    saves = [s for s in stats if s["op"] == "tier_save"]
+    assert all(s["local"]["mode"] == "background" and s["local"]["snapshot_bytes"] > 0 for s in saves), saves
+    drained = [s["global"] for s in joined if s["global"]]
     assert drained and drained[0]["iteration"] == 4 and drained[0]["drained_from"].endswith("node0/rank_0"), stats
     ver = story.ckpt_json(ckpt_build, "verify", str(d / "global"))  # the drained global iterations 4 and 8
     assert ver["ok"], ver
