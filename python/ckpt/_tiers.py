@@ -24,7 +24,7 @@ import pickle
 
 from . import _ckpt
 from ._api import _JOIN_AT_EXIT, _entries, _json, load as _load
-from ._comm import async_handle_of, handle_of
+from ._comm import async_handle_of, ends_after_launcher_term, handle_of
 from ._descriptors import ShardedTensor, rebuild
 
 
@@ -82,9 +82,10 @@ class TieredCheckpointer:
         if not local:
             return out
         tensors, objs, bufs, _ = _entries(state, for_load=False, op="save")
-        st = self._local_saver().start(tensors, objs, int(iteration), self.local_dir, self.ranks_per_node,
-                                       self.replicas, self.timeout, json.dumps(self.layout),
-                                       self.root if glob else "", self.metadata)
+        with ends_after_launcher_term(f"tiered save of iteration {iteration} (joins the previous one)"):
+            st = self._local_saver().start(tensors, objs, int(iteration), self.local_dir, self.ranks_per_node,
+                                           self.replicas, self.timeout, json.dumps(self.layout),
+                                           self.root if glob else "", self.metadata)
         del bufs  # the live tensors are copied: training may change them now
         out["joined"] = st.pop("joined")
         out["local"] = st
@@ -97,7 +98,10 @@ class TieredCheckpointer:
         {"iteration", "local": local save stats (bytes written, sent and received over the network,
         buffer bytes, write/replicate/commit seconds), "global": the drained global save's stats (with
         "drained_from") or None, "background_seconds"}."""
-        return self._saver.wait() if self._saver is not None else None
+        if self._saver is None:
+            return None
+        with ends_after_launcher_term("tiered save in flight"):
+            return self._saver.wait()
 
     def close(self):
         """Joins the save in flight (raising its error). Collective."""
@@ -120,7 +124,8 @@ class TieredCheckpointer:
         if choice["tier"] != "local":
             return state, choice
         tensors, objs, bufs, objects = _entries(state, for_load=True)
-        st, blobs = _ckpt.local_restore(tensors, objs, int(choice["iteration"]), *self._args())
+        with ends_after_launcher_term(f"restore of local iteration {choice['iteration']}"):
+            st, blobs = _ckpt.local_restore(tensors, objs, int(choice["iteration"]), *self._args())
         for b in bufs:
             b.finish_load()
         choice["restore"] = st
