@@ -2,11 +2,12 @@
 
 #include <vector>
 
+#include "ckpt/base/clock.h"
+
 namespace ckpt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Each tensor's offset in the arena: 64-byte aligned (full-line streaming
 // stores), except right after the previous tensor when its source follows
