@@ -138,12 +138,7 @@ Result<std::string> TrainSaver::DrainGlobal(workload::TrainWorkload& w) {
   return log + joined;
 }
 
-// With --async-save: the local save blocks only for a copy of the state into
-// host memory (local_snap_, from the async saver's SnapshotMemory: allocated
-// and faulted in at Prepare, copied into with its CopyAll); the background thread, on
-// the saver's own communicator, writes, replicates and commits it and, when a
-// global save is due, then drains that from the committed local copy. One
-// background job at a time: the next save, Finish and --kill-at join it.
+// Retention after a committed global save (rank 0), one line for the log.
 std::string TrainSaver::Retain(const SaveStats& st) {
   if (!flags_.retention.enabled() || job_->rank() != 0) return "";
   const std::string it = std::to_string(st.iteration);

@@ -1,7 +1,11 @@
 // TrainSaver with --local-dir and --async-save (train_saver.h): the local save
-// blocks only for the snapshot into host memory; the write, the replication, the
-// local commit and the global drain run on the saver's thread and are joined at
-// the next save, at the end, and before --kill-at / --stall-at.
+// blocks only for the snapshot into host memory (AsyncLocalSaver's arena, from
+// the async saver's SnapshotMemory: allocated and faulted in at Prepare); the
+// write, the replication, the local commit and the global drain (read back
+// from the committed local copy into that arena) run on its thread, on the
+// saver's own communicator, and are joined at the next save, at the end, and
+// before --kill-at / --stall-at. The same AsyncLocalSaver as Python's
+// TieredCheckpointer.
 #include <chrono>
 
 #include "ckpt/base/clock.h"
@@ -17,77 +21,49 @@ using nlohmann::json;
 
 Result<std::string> TrainSaver::SaveLocalAsync(workload::TrainWorkload& w, bool global) {
   const int64_t it = w.iteration();
-  const auto t0 = Clock::now();
   CKPT_ASSIGN_OR_RETURN(std::string log, JoinLocal(it));
-  const double wait = Since(t0);
-  const auto t1 = Clock::now();
-  const ShardedStateDict live = w.SaveDict(parts_);
-  CKPT_RETURN_IF_ERROR(ReserveLocalSnapshot(live.TotalBytes()));
-  local_sd_ = ShardedStateDict();
-  std::vector<SnapshotCopy> copies;
-  size_t off = 0;
-  for (const auto& t : live.tensors()) {
-    copies.push_back({local_snap_.data + off, t.data.data(), t.data.size()});
-    local_sd_.AddTensor(t.meta, std::span<std::byte>(local_snap_.data + off, t.data.size()));
-    off += t.data.size();
-  }
-  CKPT_RETURN_IF_ERROR(local_snap_.memory->CopyAll(copies).WithContext("local tier snapshot"));
-  for (const auto& o : live.objects()) local_sd_.AddObject(o.meta, o.bytes);
-  const double snap = Since(t1);
   LocalTierOptions lo = *local_;
   lo.comm = save_comm_.get();
   lo.pinned = -1;  // the previous drain was joined above
-  std::function<Result<SaveStats>()> drain;
-  if (global) drain = MakeDrain(w, save_comm_.get());
+  std::optional<SaveOptions> drain;
+  if (global) {
+    drain = base_;
+    if (faulted_.env) drain->env = faulted_.env.get(), drain->hook = faulted_.hook;
+    drain->comm = save_comm_.get();
+  }
+  const ShardedStateDict live = w.SaveDict(parts_);
+  CKPT_ASSIGN_OR_RETURN(LocalStartStats st, local_async_->Start(live, it, lo, std::move(drain)));
   rows_.push_back({{"tier", "local"},
                    {"iteration", it},
                    {"mode", "background"},
-                   {"blocking_seconds", wait + snap},
-                   {"wait_previous_seconds", wait},
-                   {"snapshot_seconds", snap},
+                   {"blocking_seconds", st.blocking_seconds()},
+                   {"wait_previous_seconds", st.wait_previous_seconds},
+                   {"snapshot_seconds", st.snapshot_seconds},
                    {"state_bytes", live.TotalBytes()}});
   local_row_ = int64_t(rows_.size()) - 1;
   if (global) {
     rows_.push_back({{"tier", "global"}, {"iteration", it}, {"drained_from", "local"}, {"mode", "background"}});
     local_drain_row_ = int64_t(rows_.size()) - 1;
   }
-  local_bg_ = std::async(std::launch::async, [this, lo, it, drain]() {
-    LocalJob job;
-    const auto b0 = Clock::now();
-    job.local = LocalSave(local_sd_, it, lo);
-    if (job.local->ok() && drain) job.drain = drain();
-    job.seconds = Since(b0);
-    return job;
-  });
   char line[200];
   std::snprintf(
       line, sizeof line, "train: local save of iteration %lld: blocked %.3f ms (snapshot %.3f ms), %s\n",
-      static_cast<long long>(it), 1e3 * (wait + snap), 1e3 * snap,
+      static_cast<long long>(it), 1e3 * st.blocking_seconds(), 1e3 * st.snapshot_seconds,
       global ? "write, replication and the global drain in the background" : "write and replication in the background");
   return log + line;
 }
 
-Status TrainSaver::ReserveLocalSnapshot(int64_t bytes) {
-  if (local_snap_.data && local_snap_.bytes >= size_t(bytes)) return Status::Ok();
-  CKPT_RETURN_IF_ERROR(JoinLocal(-1).status());  // the snapshot in flight is the one replaced
-  local_snap_ = {};
-  local_snap_.memory = memory_ ? memory_.get() : HostSnapshotMemory();
-  CKPT_ASSIGN_OR_RETURN(local_snap_.data, local_snap_.memory->Allocate(size_t(bytes)));
-  local_snap_.bytes = size_t(bytes);
-  return Status::Ok();
-}
-
 Result<std::string> TrainSaver::JoinLocal(int64_t iteration_now) {
-  if (!local_bg_.valid()) return std::string();
+  if (!local_async_ || !local_async_->in_flight()) return std::string();
   const auto t0 = Clock::now();
-  LocalJob job = local_bg_.get();
+  Result<LocalJobStats> job = local_async_->Wait();
   json& row = rows_[size_t(local_row_)];
   row["wait_seconds"] = Since(t0);
-  row["background_seconds"] = job.seconds;
-  const int64_t it = row["iteration"].get<int64_t>();
-  CKPT_RETURN_IF_ERROR(job.local->status().WithContext("background local save of iteration " + std::to_string(it)));
-  const LocalSaveStats& st = **job.local;
-  row.update({{"write_seconds", st.write_seconds},
+  CKPT_RETURN_IF_ERROR(job.status());
+  const int64_t it = job->iteration;
+  const LocalSaveStats& st = job->local;
+  row.update({{"background_seconds", job->background_seconds},
+              {"write_seconds", st.write_seconds},
               {"replicate_seconds", st.replicate_seconds},
               {"commit_seconds", st.commit_seconds},
               {"save_seconds", st.seconds},
@@ -98,14 +74,13 @@ Result<std::string> TrainSaver::JoinLocal(int64_t iteration_now) {
               {"steps_until_join", iteration_now - it}});
   std::string log = "train: local save of iteration " + std::to_string(it) + " committed on " +
                     std::to_string(local_->replicas) + " replica(s) in the background\n";
-  if (!job.drain) return log;
+  if (!job->drained) return log;
   json& g = rows_[size_t(local_drain_row_)];
-  CKPT_RETURN_IF_ERROR(job.drain->status());
-  g.update({{"save_seconds", (*job.drain)->seconds},
-            {"rank0_bytes", (*job.drain)->bytes_written},
+  g.update({{"save_seconds", job->drain.seconds},
+            {"rank0_bytes", job->drain.bytes_written},
             {"steps_until_join", iteration_now - it}});
   return log + "train: global save of iteration " + std::to_string(it) + " committed under " + base_.root + "\n" +
-         Retain(**job.drain);
+         Retain(job->drain);
 }
 
 Result<std::string> TrainSaver::JoinDrain(int64_t iteration_now) {
@@ -121,7 +96,5 @@ Result<std::string> TrainSaver::JoinDrain(int64_t iteration_now) {
   return "train: global save of iteration " + row["iteration"].dump() + " committed under " + base_.root + "\n" +
          Retain(*st);
 }
-
-// Retention after a committed global save (rank 0), one line for the log.
 
 }  // namespace ckpt::cli

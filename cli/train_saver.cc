@@ -156,7 +156,10 @@ Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, worklo
     CKPT_RETURN_IF_ERROR(PrepareLocal());
     // --async-save: the local snapshot's host buffer, allocated and faulted
     // in now, so the first local save blocks for the copy only.
-    if (saver_) CKPT_RETURN_IF_ERROR(ReserveLocalSnapshot(w.SaveDict(parts_).TotalBytes()));
+    if (saver_) {
+      local_async_.emplace(memory_ ? memory_.get() : nullptr);
+      CKPT_RETURN_IF_ERROR(local_async_->Reserve(AsyncLocalSaver::ArenaBytes(w.SaveDict(parts_))));
+    }
     return Status::Ok();
   }
   if (!saver_) return Status::Ok();

@@ -49,6 +49,7 @@
 
 #include "ckpt/protocol/async_save.h"
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/local_async.h"
 #include "ckpt/protocol/local_tier.h"
 #include "ckpt/protocol/retention.h"
 #include "ckpt/mpi/comm_mpi.h"
@@ -141,8 +142,6 @@ class TrainSaver final : public workload::TrainCheckpointer {
   // joins it (no-op if none) and returns its log lines or its error.
   Result<std::string> SaveLocalAsync(workload::TrainWorkload& w, bool global);
   Result<std::string> JoinLocal(int64_t iteration_now);
-  // The local snapshot's host memory holds `bytes` (allocated, faulted in).
-  Status ReserveLocalSnapshot(int64_t bytes);
   Status KillIfAsked(int64_t it);
 
   // Progress of the save `sd` through `*env` (rank 0); *env becomes its meter.
@@ -168,29 +167,9 @@ class TrainSaver final : public workload::TrainCheckpointer {
   ShardedStateDict drain_sd_;
   std::future<Result<SaveStats>> drain_;
   int64_t drain_row_ = -1;
-  // --async-save with the local tier: the snapshot and its background job.
-  struct LocalJob {
-    std::optional<Result<LocalSaveStats>> local;
-    std::optional<Result<SaveStats>> drain;
-    double seconds = 0;
-  };
-  struct SnapshotArena {  // from a SnapshotMemory (faulted in when allocated), freed with it
-    SnapshotMemory* memory = nullptr;
-    std::byte* data = nullptr;
-    size_t bytes = 0;
-    SnapshotArena() = default;
-    SnapshotArena(const SnapshotArena&) = delete;
-    SnapshotArena& operator=(SnapshotArena&& o) noexcept {
-      std::swap(memory, o.memory), std::swap(data, o.data), std::swap(bytes, o.bytes);
-      return *this;
-    }
-    ~SnapshotArena() {
-      if (data) memory->Free(data, bytes);
-    }
-  };
-  SnapshotArena local_snap_;
-  ShardedStateDict local_sd_;
-  std::future<LocalJob> local_bg_;
+  // --async-save with the local tier: the snapshot and its background job
+  // (ckpt/protocol/local_async.h, the one Python's TieredCheckpointer uses).
+  std::optional<AsyncLocalSaver> local_async_;
   int64_t local_row_ = -1, local_drain_row_ = -1;
 };
 
