@@ -6,7 +6,6 @@
 // save, a NaN fault) only in ckpt-lab: harness/lab/lab_flags.cc;
 // --exit-signal-handler: ckpt/workload/exit_signal.h.
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -98,37 +97,37 @@ Result<Job> StartJob(TrainFlags& f) {
   return j;
 }
 
-// With a local tier: the newest iteration complete in some tier (local_tier.h
-// ChooseResumeTier), said with why; a local one is restored from this node
-// and the peers' replicas.
+// With a local tier: the newest iteration complete in some tier (ChooseResumeTier),
+// said with why; a local one is restored from this node and the peers' replicas.
 Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const workload::RestoreTimer timer;  // restore time: from the choice to the state applied
   const workload::ResumeParts parts{!f.no_rng, !f.no_iterator};
   CKPT_ASSIGN_OR_RETURN(TierChoice c, ChooseResumeTier(*j.saver->local(), f.root));
-  const double choose = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  json phases = {{"choose", timer.Since()}};
   Print0(j, "train: resume from the " + c.tier + " tier, iteration " + std::to_string(c.iteration) + ": " + c.why + "\n");
   json out = {{"tier", c.tier}, {"iteration", c.iteration}, {"why", c.why}, {"local_iteration", c.local_iteration},
               {"global_iteration", c.global_iteration}};
   if (c.tier == "local") {
     ShardedStateDict request = j.work->SaveDict(parts);
     CKPT_ASSIGN_OR_RETURN(LocalRestoreStats rs, LocalRestore(request, c.iteration, *j.saver->local()));
+    const double restored = timer.Since();
     CKPT_RETURN_IF_ERROR(j.work->ApplyLoaded(request, c.iteration, j.comm.get(), parts, Millis(f.timeout_ms)));
-    out.update({{"bytes", rs.load.bytes_read}, {"fetched_bytes", rs.fetched_bytes}, {"from_rank", rs.from_rank},
-                {"phases", {{"fetch", rs.fetch_seconds}, {"load", rs.load_seconds}, {"keep", rs.keep_seconds}}}});
+    out.update({{"bytes", rs.load.bytes_read}, {"fetched_bytes", rs.fetched_bytes}, {"from_rank", rs.from_rank}});
+    phases.update({{"fetch", rs.fetch_seconds},
+                   {"load", rs.load_seconds},
+                   {"keep", rs.keep_seconds},
+                   {"apply", timer.Since() - restored}});
+    phases = workload::WithLoadPhases(phases, rs.load);
   } else {
     LoadStats ls;
     CKPT_RETURN_IF_ERROR(j.work->Resume(f.root, c.iteration, j.comm.get(), parts, Millis(f.timeout_ms), &ls));
     out["bytes"] = ls.bytes_read;
+    phases = workload::WithLoadPhases(phases, ls);
+    phases["load"] = ls.seconds;  // the rest of the resume: manifest, resume checks, apply
   }
-  // Every rank's restore time (the job's is the slowest rank's, with that
-  // rank's phases) and the bytes fetched from peers.
-  const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  json phases = out.value("phases", json::object());
-  phases["choose"] = choose;
-  const json report = {{"seconds", mine}, {"fetched_bytes", out.value("fetched_bytes", int64_t(0))}, {"phases", phases}};
+  const json report = timer.Report(phases, out.value("fetched_bytes", int64_t(0)));  // the job's: its slowest rank's
   CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, report, Millis(f.timeout_ms), Phase::kResumeTime));
   CKPT_ASSIGN_OR_RETURN(json job, workload::ReduceRestoreReports(all));
-  out.erase("phases");
   out.update(job);
   return out;
 }
