@@ -36,6 +36,7 @@ struct Job {
   std::unique_ptr<workload::TrainWorkload> work;
   std::unique_ptr<workload::MpiCollectives> coll;
   std::unique_ptr<TrainSaver> saver;
+  double mpi_up = -1;  // seconds from process start to MPI initialised (restart profile)
   int rank() const { return comm ? comm->rank() : -1; }
 };
 
@@ -80,6 +81,7 @@ Result<Job> StartJob(TrainFlags& f) {
   Job j;
   CKPT_ASSIGN_OR_RETURN(j.session, MpiSession::Init(nullptr, nullptr));
   CKPT_ASSIGN_OR_RETURN(j.comm, MpiComm::Create());
+  j.mpi_up = workload::ProcessAgeSeconds();
   CKPT_ASSIGN_OR_RETURN(j.layout, workload::JobLayout(f.layout, *j.comm));
   CKPT_ASSIGN_OR_RETURN(RankCoords coords, workload::JobCoords(j.layout, *j.comm));
   std::string preset;
@@ -97,13 +99,12 @@ Result<Job> StartJob(TrainFlags& f) {
   return j;
 }
 
-// With a local tier: the newest iteration complete in some tier (ChooseResumeTier),
-// said with why; a local one is restored from this node and the peers' replicas.
+// With a local tier: the newest complete tier's iteration, said with why (ChooseResumeTier).
 Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
   const workload::RestoreTimer timer;  // restore time: from the choice to the state applied
   const workload::ResumeParts parts{!f.no_rng, !f.no_iterator};
   CKPT_ASSIGN_OR_RETURN(TierChoice c, ChooseResumeTier(*j.saver->local(), f.root));
-  json phases = {{"choose", timer.Since()}};
+  json phases = {{"choose", timer.Since()}, {"mpi_up", j.mpi_up}};
   Print0(j, "train: resume from the " + c.tier + " tier, iteration " + std::to_string(c.iteration) + ": " + c.why + "\n");
   json out = {{"tier", c.tier}, {"iteration", c.iteration}, {"why", c.why}, {"local_iteration", c.local_iteration},
               {"global_iteration", c.global_iteration}};
