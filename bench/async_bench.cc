@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_modes.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/async_save.h"
 #include "ckpt/workload/gpt_local_state.h"
@@ -44,7 +45,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_modes.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/format/codec.h"
 #include "ckpt/base/dtype.h"
 #include "ckpt/base/sha256.h"
@@ -26,8 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kChunk = 4 << 20;  // ShardWriteOptions::chunk_bytes default
-
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Best of `reps` timed passes of fn over the whole buffer (after one warm-up pass).
 double BestSeconds(int reps, const std::function<void()>& fn) {

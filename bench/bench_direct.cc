@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_modes.h"
+#include "ckpt/base/clock.h"
 
 namespace ckpt::bench {
 namespace {
@@ -68,7 +69,7 @@ int DirectIoLimit(const std::string& dir, int writers, int64_t bytes_each, bool 
     for (int w = 0; w < writers; ++w)
       ts.emplace_back([&, w] { errs[size_t(w)] = Run(dir + "/dio_" + std::to_string(w), uint64_t(bytes_each), phase == 0, *bufs[size_t(w)]); });
     for (auto& t : ts) t.join();
-    secs[phase] = std::chrono::duration<double>(Clock::now() - t0).count();
+    secs[phase] = Since(t0);
     for (int e : errs) err = err ? err : e;
   }
   for (int w = 0; w < writers; ++w) ::unlink((dir + "/dio_" + std::to_string(w)).c_str());

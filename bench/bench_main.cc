@@ -23,11 +23,11 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_modes.h"
+#include "ckpt/base/clock.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 int Memcpy(int64_t mib) {
   const size_t n = size_t(mib) << 20;
@@ -36,7 +36,7 @@ int Memcpy(int64_t mib) {
   for (int i = 0; i < 5; ++i) {
     auto t0 = Clock::now();
     std::memcpy(b.data(), a.data(), n);
-    best = std::min(best, Since(t0));
+    best = std::min(best, ckpt::Since(t0));
   }
   std::printf("%s\n", nlohmann::json{{"op", "memcpy"}, {"bytes", n}, {"seconds", best},
                                      {"mb_per_s", double(n) / 1e6 / best}}.dump().c_str());

@@ -21,6 +21,7 @@
 
 #include "bench/bench_modes.h"
 #include "ckpt/base/chunk_hash.h"
+#include "ckpt/base/clock.h"
 
 namespace ckpt::bench {
 namespace {
@@ -73,7 +74,7 @@ int ReadVerifyLimit(const std::string& hash_name, const std::vector<std::string>
   for (size_t i = 0; i < files.size(); ++i)
     ts.emplace_back([&, i] { errs[i] = ReadVerifyCopy(files[i], *hash, dst[i]); });
   for (auto& t : ts) t.join();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = Since(t0);
   for (size_t i = 0; i < files.size(); ++i)
     if (errs[i] != 0) {
       std::fprintf(stderr, "ckpt_bench readverify: %s: %s\n", files[i].c_str(), std::strerror(errs[i]));

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/base/chunk_hash.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/protocol/async_save.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/gpt_local_state.h"
@@ -40,8 +41,6 @@ namespace {
 using namespace ckpt;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 double LoadAvg() {
   double a = -1;

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/storage/s3/s3_storage.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 long MaxRssKb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -36,7 +36,7 @@ ckpt::Result<double> LoadSecs(ckpt::Storage& storage, size_t bytes) {
                                                         ckpt::OpenMode::kRead));
   std::vector<std::byte> chunk(4u << 20);
   for (size_t off = 0; off < bytes; off += chunk.size()) CKPT_RETURN_IF_ERROR(f->PRead(off, chunk).status());
-  return Secs(t0);
+  return ckpt::Since(t0);
 }
 ckpt::s3::S3StorageOptions Options(int argc, char** argv) {
   ckpt::s3::S3StorageOptions o;
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   }
   bool published = false;
   if (Status st = (*staged)->Publish("{}", nullptr, &published); !st.ok()) return Fail(st);
-  const double save = Secs(t0);
+  const double save = ckpt::Since(t0);
   const long rss2 = MaxRssKb(), rss0 = rss2;
   auto load = LoadSecs(**storage, bytes);
   if (!load.ok()) return Fail(load.status());
@@ -87,11 +87,11 @@ int main(int argc, char** argv) {
   // the peak RSS growth above is the backend's alone).
   t0 = Clock::now();
   if (Status st = plain.PutObject(u->bucket, u->Key("plain.bin"), data); !st.ok()) return Fail(st);
-  const double plain_put = Secs(t0);
+  const double plain_put = ckpt::Since(t0);
   t0 = Clock::now();
   std::vector<std::byte> got(bytes);  // one GET of the whole object into memory
   if (Status st = plain.GetRange(u->bucket, u->Key("plain.bin"), 0, got); !st.ok()) return Fail(st);
-  const double plain_get = Secs(t0);
+  const double plain_get = ckpt::Since(t0);
   got = {};
   const long rss3 = MaxRssKb();
   (*storage)->DeleteIteration(1).IgnoreError();

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/stats_json.h"
 #include "ckpt/workload/rank_report.h"
@@ -187,7 +188,7 @@ Status RunLoad(const JobFlags& f) {
   }
   auto r = LoadCheckpoint(*sd, lo);
   progress.Finish();
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double secs = Since(t0);
   mem.peak = probe.Peak();
   if (!r.ok()) return Fail("load", j.rank(), r.status());  // agreed by the loader: the same on every rank
   return Report(f, l, *r, mem, secs);

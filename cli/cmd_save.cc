@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/mpi/arrival_lags.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
@@ -179,7 +180,7 @@ Status RunSave(const JobFlags& f) {
   fo.env = progress.env();
   auto r = SaveCheckpoint(*sd, fo);
   progress.Finish();
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double secs = Since(t0);
   if (!r.ok()) return Fail("save", j.rank(), r.status());
   if (!r->warning.ok()) {  // committed all the same (checkpoint.h): a warning, exit 0
     EndJobIfPeerLost(r->warning);

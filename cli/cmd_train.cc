@@ -176,7 +176,7 @@ Status RunTrain(TrainFlags& f) {
   auto sig = f.exit_signal ? workload::StopLoopOnSignal(SIGTERM, *j.comm, Millis(f.timeout_ms), &lo)
                            : Result<std::unique_ptr<workload::ExitSignal>>(nullptr);
   if (!sig.ok()) return Fail(j, sig.status());
-  auto resumed = ResumeOrInit(j, f);
+  auto resumed = TermDeferred([&] { return ResumeOrInit(j, f); });  // SIGTERM waits for a load (launcher_term.h)
   if (!resumed.ok()) return Fail(j, resumed.status(), /*agreed=*/true);
   auto run = workload::RunTrainLoop(*j.work, *j.coll, *j.saver, lo, [&](const std::string& s) { Print0(j, s); });
   if (!run.ok()) return Fail(j, run.status());

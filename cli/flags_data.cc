@@ -2,6 +2,7 @@
 // scenario and gpu: main.cc). Each callback runs the command's Run* (cli/commands.h, cli/job_flags.h).
 #include <memory>
 
+#include "ckpt/mpi/launcher_term.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/job_flags.h"
@@ -84,7 +85,7 @@ std::shared_ptr<JobFlags> RegisterSave(CLI::App& app, Status* outcome) {
   cmd->add_option("--optimizer", f->optimizer,
                   "distributed-optimizer state to save: none, model (model space: reshardable across "
                   "DP/TP/PP/EP/bucket size) or bucket (raw bucket slices: same layout only)");
-  cmd->callback([=]() { *outcome = RunSave(*f); });
+  cmd->callback([=]() { *outcome = TermDeferred(RunSave, *f); });
   return f;
 }
 
@@ -111,7 +112,7 @@ std::shared_ptr<JobFlags> RegisterLoad(CLI::App& app, Status* outcome) {
                   "read sharing: mpi (default) or nccl (the GPU path: chunk bytes over NCCL, one GPU per rank)");
   f->optimizer = "auto";
   cmd->add_option("--optimizer", f->optimizer, "optimizer state to load: auto (as saved), none, model or bucket");
-  cmd->callback([=]() { *outcome = RunLoad(*f); });
+  cmd->callback([=]() { *outcome = TermDeferred(RunLoad, *f); });
   return f;
 }
 
@@ -127,7 +128,7 @@ void RegisterReshard(CLI::App& app, Status* outcome) {
   cmd->add_option("--drop-object", f->req.drop_objects,
                   "leave out this per-rank object key (e.g. a (pp, tp)-grid RNG state under another TP); repeatable");
   AddJsonFlags(cmd, &f->json, &f->no_progress, "machine-readable output");
-  cmd->callback([=]() { *outcome = RunReshard(*f); });
+  cmd->callback([=]() { *outcome = TermDeferred(RunReshard, *f); });
 }
 
 void RegisterPlan(CLI::App& app, Status* outcome) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ckpt/mpi/launcher_term.h"  // TermDeferred
 #include "ckpt/workload/train_config.h"
 #include "cli/train_saver.h"
 

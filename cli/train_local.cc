@@ -6,12 +6,14 @@
 #include <cstring>
 #include <thread>
 
+#include "ckpt/mpi/launcher_term.h"
 #include "cli/train_saver.h"
 
 namespace ckpt::cli {
 
 // The loop's checkpointer entry points (here: they choose between the tiers).
 Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
+  const TermDeferral saving;  // SIGTERM between saves is not deferred, during one it is (launcher_term.h)
   if (local_) return SaveLocal(w);
   SaveOptions o = base_;
   o.iteration = w.iteration();
@@ -19,6 +21,7 @@ Result<std::string> TrainSaver::Save(workload::TrainWorkload& w) {
 }
 
 Result<std::string> TrainSaver::Finish(int64_t iteration_now) {
+  const TermDeferral joining;
   if (local_) {
     CKPT_ASSIGN_OR_RETURN(std::string log, JoinLocal(iteration_now));
     CKPT_ASSIGN_OR_RETURN(std::string drained, JoinDrain(iteration_now));

@@ -4,6 +4,7 @@
 // the next save, at the end, and before --kill-at / --stall-at.
 #include <chrono>
 
+#include "ckpt/base/clock.h"
 #include "cli/train_saver.h"
 
 namespace ckpt::cli {
@@ -11,7 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/gpu/gpu.h"
 #include "ckpt/workload/rank_report.h"
 #include "cli/harness_seam.h"
@@ -161,7 +162,7 @@ Status TrainSaver::Prepare(SaveOptions base, workload::ResumeParts parts, worklo
   if (!saver_) return Status::Ok();
   const auto t0 = Clock::now();
   CKPT_RETURN_IF_ERROR(saver_->Reserve(AsyncSaver::ArenaBytes(w.SaveDict(parts_))).WithContext("async save arena"));
-  reserve_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  reserve_seconds_ = Since(t0);
   return Status::Ok();
 }
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/protocol/verify.h"
 #include "faults/campaign_internal.h"
@@ -13,8 +14,6 @@ namespace ckpt::faults::internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -15,6 +15,8 @@
 #include <map>
 #include <thread>
 
+#include "ckpt/base/clock.h"
+
 namespace ckpt::faults {
 namespace {
 
@@ -109,7 +111,7 @@ Result<ProcResult> RunProcess(const std::vector<std::string>& argv, const ProcOp
   }
   ::setpgid(pid, pid);
   ProcResult r;
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto elapsed = [&] { return Since(start); };
   double early_at = -1;
   int status = 0;
   for (;;) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "ckpt/base/clock.h"
+
 namespace ckpt {
 
 std::chrono::milliseconds ProgressIntervalFromEnvironment() {
@@ -40,7 +42,7 @@ ProgressSnapshot Progress::Snapshot(Clock::time_point now, bool final) const {
   // A total is an estimate: never below done; the final snapshot says where it ended.
   s.bytes_total = final ? s.bytes_done : bt > 0 ? std::max(bt, s.bytes_done) : 0;
   s.files_total = final ? s.files_done : ft > 0 ? std::max(ft, s.files_done) : 0;
-  s.elapsed_s = std::max(0.0, std::chrono::duration<double>(now - start_).count());
+  s.elapsed_s = std::max(0.0, SecondsBetween(start_, now));
   s.rate = ProgressRate(s.bytes_done, s.elapsed_s);
   s.eta_s = final ? 0.0 : ProgressEta(s.bytes_done, s.bytes_total, s.elapsed_s);
   s.final = final;

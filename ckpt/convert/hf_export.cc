@@ -4,6 +4,7 @@
 #include <optional>
 #include <cstdio>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/created_dirs.h"
 #include "ckpt/convert/checkpoint_rows.h"
 #include "ckpt/convert/convert.h"
@@ -141,7 +142,7 @@ Result<ConvertStats> ExportInto(const HfExportOptions& o, Env* env, CreatedDirs*
   stats.tensors = int64_t(links.size());
   stats.files = int(files.size());
   stats.bytes_read = src->bytes_read();
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.seconds = Since(t0);
   return stats;
 }
 

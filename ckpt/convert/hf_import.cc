@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/created_dirs.h"
 #include "ckpt/convert/convert.h"
 #include "ckpt/convert/hf_llama.h"
@@ -196,7 +197,7 @@ Result<ConvertStats> ImportHfLlama(const HfImportOptions& o) {
   if (!st.ok()) return published ? st : abandon(st);
   CKPT_RETURN_IF_ERROR(UpdateTracker(to.get(), o.iteration, nullptr));
   stats.bytes_read = dir->bytes_read();
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.seconds = Since(t0);
   return stats;
 }
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <vector>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/created_dirs.h"
 #include "ckpt/convert/checkpoint_rows.h"
 #include "ckpt/convert/convert.h"
@@ -118,7 +119,7 @@ Result<ConvertStats> ExportInto(const TorchExportOptions& o, Env* env, CreatedDi
   stats.files = 1;
   stats.model_bytes = stats.bytes_written;
   stats.bytes_read = src->bytes_read();
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.seconds = Since(t0);
   return stats;
 }
 

@@ -1,16 +1,15 @@
 #include "ckpt/format/chunk_reader.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "ckpt/base/chunk_hash.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/format/codec.h"
 
 namespace ckpt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/mpi/arrival_lags.h"
 #include "ckpt/mpi/launcher_term.h"
 
@@ -44,6 +45,12 @@ std::string RankList(const std::vector<int>& ranks) {
   std::string s;
   for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
   return s;
+}
+
+std::vector<std::string> HostsOf(const Comm& comm, const std::vector<int>& ranks) {
+  std::vector<std::string> hosts;
+  for (int r : ranks) hosts.push_back(comm.host(r));
+  return hosts;
 }
 
 std::vector<int> AllBut(int size, int skip) {
@@ -211,7 +218,10 @@ std::vector<std::string> MpiComm::GatherHosts(MPI_Comm comm) {
 }
 
 void MpiComm::NoteLost(const std::vector<int>& ranks) {
-  if (!g_end_job_on_deadline) return;
+  // After a deferred SIGTERM (launcher_term.h) the process is ending too: a
+  // Python survivor sending its outcome to a dead node's ranks hung in MPI
+  // until the grace ran out, and its peers then named it instead (cluster_gpt_sigterm).
+  if (!g_end_job_on_deadline && !LauncherTerminating()) return;
   const std::string& me = hosts_.empty() ? std::string() : hosts_[size_t(rank_)];
   for (int r : ranks) {
     if (!Lost(r)) lost_.push_back(r);
@@ -271,7 +281,7 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
     return Status::InvalidArgument("rank " + std::to_string(rank_) + ": message of " +
                                    std::to_string(msg.size()) + " bytes is too large in phase '" +
                                    std::string(PhaseName(phase)) + "'");
-  NoteWait(rank_, phase, dsts, timeout);
+  const WaitNote note(rank_, phase, dsts, HostsOf(*this, dsts), timeout);  // SIGTERM waits for a save/load's wait
   // One shared copy: it must outlive the requests even if we return early.
   auto buffer = std::make_shared<std::string>(msg);
   std::vector<MPI_Request> reqs(dsts.size(), MPI_REQUEST_NULL);
@@ -321,7 +331,7 @@ Status MpiComm::SendAll(const std::string& msg, const std::vector<int>& dsts, in
 Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, int tag,
                                                   Clock::time_point deadline, Millis timeout,
                                                   Phase phase) {
-  NoteWait(rank_, phase, srcs, timeout);
+  const WaitNote note(rank_, phase, srcs, HostsOf(*this, srcs), timeout);
   enum class State { kProbing, kReceiving, kDone };
   std::vector<State> state(srcs.size(), State::kProbing);
   std::vector<std::shared_ptr<std::string>> bufs(srcs.size());
@@ -349,7 +359,7 @@ Result<std::vector<std::string>> MpiComm::RecvAll(const std::vector<int>& srcs, 
         int done = 0;
         st = MpiStatus(MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE), "MPI_Test");
         if (done) {
-          arrived_s[i] = std::chrono::duration<double>(Clock::now() - start).count();
+          arrived_s[i] = Since(start);
           state[i] = State::kDone;
           --left;
           progressed = true;

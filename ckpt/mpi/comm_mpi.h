@@ -152,8 +152,8 @@ class MpiComm final : public Comm {
   // vote kill, rank 3 on n2 had answered before n2 died). A send to a dead node's rank
   // makes OpenMPI's TCP transport fail the connect and abort this process
   // inside MPI (PMIx_Abort), which blocked forever in ~1 of 10 node-kill runs
-  // before this rank could print what it saw. A library user keeps sending:
-  // a late rank may come back.
+  // before this rank could print what it saw. A library user keeps sending
+  // (a late rank may come back) unless a SIGTERM was deferred (launcher_term.h).
   void NoteLost(const std::vector<int>& ranks);
   bool Lost(int r) const { return std::find(lost_.begin(), lost_.end(), r) != lost_.end(); }
 

@@ -1,4 +1,5 @@
-// Outliving the launcher's SIGTERM long enough to name a lost node.
+// Outliving the launcher's SIGTERM long enough to name a lost node - and
+// only that long.
 //
 // When a whole node dies, OpenMPI 4.1's mpirun ends the job itself: the
 // lost daemon's TCP connection closes, its error manager aborts the job
@@ -10,28 +11,42 @@
 // survivors' daemon), before the survivors' own deadline (3 s) could name the
 // lost ranks and host: they died silently, exit 143 or nothing at all.
 //
-// DeferLauncherTermination() (the ckpt CLI, first thing in main, before any
-// thread exists: the signal mask is inherited by every thread MPI starts)
-// blocks SIGTERM in the process and takes it on a watcher thread (sigwait),
-// which only notes it. The command in flight goes on: every wait has its
-// deadline, so it ends by itself - a lost peer named with its host, the
-// save committed or not - and exits with its own code (EndJobIfHung then
-// exits at once, without MPI_Abort or MPI_Finalize: the launcher is already
-// ending the job, and a lost node would make either block). If it has not
-// ended TermGrace() after the signal, the watcher prints the phase and the
-// ranks of the last wait and exits 143 (128 + SIGTERM).
-// mpirun must then wait that long before SIGKILL: pass
+// A SIGTERM is deferred only while a save or load is under way: a
+// TermDeferral is alive (the CLI holds one around each save, load and
+// reshard), or an MpiComm wait of a save/load phase (DefersTermination) or of
+// its report is in flight. The operation then goes on: every wait has its
+// deadline, so it ends by itself - a lost peer named with its host, the save
+// committed or not. Once nothing defers it any more, the process has
+// kTermTail to end by itself (print its report, exit with its own code:
+// EndJobIfHung then exits at once, without MPI_Abort or MPI_Finalize - the
+// launcher is already ending the job, and a lost node would make either
+// block), then it exits 143 (128 + SIGTERM). In any case it exits 143
+// TermGrace() after the signal, printing the phase, ranks and hosts of the
+// last wait. Outside a save/load SIGTERM takes its default action at once
+// (`ckpt train` between saves dies as without ckpt) - or the program's own
+// handler (ExitSignal: `ckpt train --exit-signal-handler`) is called, always,
+// as without the deferral.
+// mpirun must wait TermGrace() before SIGKILL: pass
 // `--mca odls_base_sigkill_timeout S` with S >= TermGrace() in seconds
 // (README "Across hosts"; scripts/cluster.py's mpirun line passes 30).
-// A SIGTERM handler the program installed itself (ExitSignal: `ckpt train
-// --exit-signal-handler`, a preemption that saves and leaves the loop) is
-// called by the watcher instead: the program decides, as without the watcher.
 //
-// Thread-safe. Without DeferLauncherTermination nothing changes (a library
-// user keeps the default SIGTERM action).
+// Two ways to take the signal (both start a watcher thread that decides):
+//  - DeferLauncherTermination (the ckpt CLI, first thing in main, before any
+//    thread exists: the mask is inherited by every thread MPI starts) blocks
+//    SIGTERM in the process and takes it with sigwait.
+//  - DeferTerminationInWaits (the Python binding, when a ckpt.MpiComm is
+//    made) installs a handler for SIGTERM only while something defers it and
+//    only where its action is the default: a Python handler (signal.signal)
+//    already waits for the C++ call to return, and outside a save/load the
+//    process keeps its own SIGTERM. After the operation, the binding calls
+//    EndAfterLauncherTerm once it has printed the outcome.
+// Thread-safe. Without either call nothing changes (a library user keeps
+// the default SIGTERM action).
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ckpt/base/comm.h"
@@ -42,21 +57,63 @@ namespace ckpt {
 // and starts the watcher. Call once, before any other thread starts.
 void DeferLauncherTermination();
 
+// Handler mode (see above); idempotent. Does nothing after DeferLauncherTermination.
+void DeferTerminationInWaits();
+
 // Gives the calling thread SIGTERM as it was before DeferLauncherTermination
 // (a blocked signal stays blocked across exec). Runs in every forked child
 // (pthread_atfork); call it before an exec without fork. Async-signal-safe.
 void RestoreSignalMaskForExec();
 
-// Whether a SIGTERM was taken by the watcher.
+// Whether a SIGTERM was taken and deferred (the process is ending).
 bool LauncherTerminating();
 
-// How long the command may go on after SIGTERM: 2 x the longest deadline of
+// How long the process may go on after SIGTERM: 2 x the longest deadline of
 // any MpiComm wait so far + 1 s (a vote or a decision wait, then the report
 // gather), at least 1 s.
 Millis TermGrace();
 
-// Recorded by MpiComm at the start of every wait: the waiting rank, the
-// phase, the ranks waited on and the deadline (the watcher's message; TermGrace).
-void NoteWait(int rank, Phase phase, const std::vector<int>& ranks, Millis timeout);
+// After a deferred SIGTERM, how long the process may go on once nothing
+// defers it any more (printing the outcome and exiting by itself).
+inline constexpr Millis kTermTail{1000};
+
+// Ends the process after a deferred SIGTERM: prints `outcome` (if any) and
+// takes SIGTERM's default action (exit status 143 to a shell). Returns at
+// once when no SIGTERM was deferred.
+void EndAfterLauncherTerm(std::string_view outcome);
+
+// Whether a wait in `phase` belongs to a save or load (or reports one):
+// such a wait defers SIGTERM. Training collectives (dp_sum, tp_sum, ...) do not.
+bool DefersTermination(Phase phase);
+
+// A save, load or reshard under way: SIGTERM waits for it (nestable).
+class TermDeferral {
+ public:
+  TermDeferral();
+  ~TermDeferral();
+  TermDeferral(const TermDeferral&) = delete;
+  TermDeferral& operator=(const TermDeferral&) = delete;
+};
+
+// fn(args...) under a TermDeferral.
+template <typename Fn, typename... Args>
+auto TermDeferred(Fn&& fn, Args&&... args) {
+  const TermDeferral deferral;
+  return fn(std::forward<Args>(args)...);
+}
+
+// One MpiComm wait in flight, from NoteWait to its destruction: the waiting
+// rank, the phase, the ranks (and their hosts) waited on and the deadline
+// (the watcher's message; TermGrace). Defers SIGTERM if DefersTermination(phase).
+class WaitNote {
+ public:
+  WaitNote(int rank, Phase phase, const std::vector<int>& ranks, const std::vector<std::string>& hosts, Millis timeout);
+  ~WaitNote();
+  WaitNote(const WaitNote&) = delete;
+  WaitNote& operator=(const WaitNote&) = delete;
+
+ private:
+  bool defers_;
+};
 
 }  // namespace ckpt

@@ -7,11 +7,11 @@
 #include <new>
 #include <thread>
 
+#include "ckpt/base/clock.h"
+
 namespace ckpt {
 
 using Clock = std::chrono::steady_clock;
-
-static double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Offset of every tensor in the arena, and the arena bytes (ArenaBytes).
 static std::vector<size_t> ArenaOffsets(const ShardedStateDict& state, size_t* total) {

@@ -1,6 +1,7 @@
 // Layout-invariant fingerprint and diff (see fingerprint.h): tensors are read
 // in blocks of global rows through planned reads with a per-shard chunk cache.
 #include "ckpt/protocol/fingerprint.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/protocol/commit.h"
 
 #include <algorithm>
@@ -240,7 +241,7 @@ Result<Fingerprint> FingerprintCheckpoint(const std::string& root, const Fingerp
   fp.bytes_read = src->reader->bytes_read();
   fp.chunks_read = src->reader->chunks_read();
   fp.peak_buffer_bytes = src->peak_buffer;
-  fp.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  fp.seconds = Since(start);
   return fp;
 }
 

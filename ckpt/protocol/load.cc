@@ -10,6 +10,7 @@
 #include <map>
 
 #include "ckpt/base/agree.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/base/key_bound.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/checkpoint.h"
@@ -66,7 +67,7 @@ Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkPlan
                                                          "tensor '" + s.meta.key + "'"));
     const auto t0 = Clock::now();
     CKPT_RETURN_IF_ERROR(load_internal::Scatter(state, m, cp, key, chunk, reader.FilePath(s.file), &ws->elements));
-    ws->copy_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    ws->copy_seconds += Since(t0);
   }
   return Status::Ok();
 }
@@ -514,7 +515,7 @@ Result<LoadStats> LoadCheckpoint(ShardedStateDict& state, const LoadOptions& opt
   }
   if (!r.ok()) return r.status().WithContext("load from '" + opts.root + "'");
   CKPT_RETURN_IF_ERROR(load_internal::AgreeUnexpected(opts, &*r).WithContext("load from '" + opts.root + "'"));
-  r->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r->seconds = Since(start);
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "ckpt/base/agree.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/protocol/local_copy_stream.h"
 #include "ckpt/protocol/verify.h"
@@ -19,8 +20,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 constexpr const char* kMarker = "LOCAL_COMPLETE";
-
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Ctx {
   const LocalTierOptions& o;

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/created_dirs.h"
 #include "ckpt/protocol/commit.h"
 
@@ -116,7 +117,7 @@ Result<OfflineReshardStats> ReshardOffline(const OfflineReshardOptions& opts, co
   CKPT_RETURN_IF_ERROR(UpdateTracker(to.get(), dst_iter, nullptr)
                            .WithContext("committed " + IterationDir(to.get(), dst_iter) +
                                         " but could not update the tracker"));
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.seconds = Since(start);
   return stats;
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/format/codec.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "reshard/geometry/read_plan.h"
@@ -174,7 +175,7 @@ Result<json> PlanByRules(const std::string& root, int64_t iteration, const RuleL
                reshard::UnionStoredBytes(std::set<const reshard::ReadPlan*>(of_rank.begin(), of_rank.end()), shards)},
               {"checkpoint_bytes", m.TotalStoredBytes()}, {"distinct_plans", distinct.size()},
               {"saved_shards", shards.size()},
-              {"plan_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+              {"plan_seconds", Since(t0)}};
   if (per_rank) out["per_rank"] = ranks;
   return out;
 }

@@ -7,6 +7,7 @@
 #include <future>
 #include <thread>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/checkpoint.h"
@@ -33,12 +34,6 @@ Status RemoteFailure(const Status& cause) {
   std::string text = cause.code() == Code::kAborted ? cause.message() : cause.ToString();
   return Status(Code::kAborted, std::move(text), cause.origin_rank(), cause.phase()).WithCause(cause.cause());
 }
-// "rank <r> failed: <CodeName>: <message>" for a failed message of rank r.
-Status RankFailed(int r, const Status& cause) {
-  return Status(Code::kAborted, "rank " + std::to_string(r) + " failed: " + cause.ToString(),
-                cause.has_origin() ? cause.origin_rank() : r, cause.phase())
-      .WithCause(cause.cause());
-}
 
 // A post-commit warning: "<what>: <cause>", with the cause's code.
 Status Warning(std::string_view what, const Status& cause) {
@@ -62,7 +57,7 @@ class SaveRun {
   // `st` as this rank's own failure in `phase`: context and typed origin.
   Status Mine(const Status& st, Phase phase) const { return st.WithContext(Where(phase)).At(rank_, phase); }
   void Timed(Phase phase, Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
-    stats_.phase_seconds[std::string(PhaseName(phase))] += std::chrono::duration<double>(t1 - t0).count();
+    stats_.phase_seconds[std::string(PhaseName(phase))] += SecondsBetween(t0, t1);
   }
 
   // Opens the root (every rank: each writes its file through the root's
@@ -152,10 +147,11 @@ Result<std::string> SaveRun::Begin(const Status& opened) {
 
 std::string SaveRun::DecidePlan(const std::vector<std::string>& held) {
   auto plan = [&]() -> Result<WritePlan> {
+    CKPT_RETURN_IF_ERROR(RoundFailure(held, Phase::kPlan));  // the failed rank every agreement would name
     std::vector<std::vector<HeldShard>> per_rank;
     for (int r = 0; r < int(held.size()); ++r) {
       Result<std::string> msg = DecodeOutcome(held[r]);
-      if (!msg.ok()) return RankFailed(r, msg.status());
+      if (!msg.ok()) return msg.status().At(r, Phase::kPlan);  // empty (RoundFailure took it as not in)
       CKPT_ASSIGN_OR_RETURN(auto h, DecodeHeldShards(*msg));
       per_rank.push_back(std::move(h));
     }
@@ -223,13 +219,11 @@ Result<Manifest> SaveRun::WriteMine(Env* env, const std::vector<int>& mine) {
 
 // Rank 0: any failed vote aborts; else the merged, checked manifest.
 Result<Manifest> SaveRun::MergeVotes(const std::vector<std::string>& votes) {
+  CKPT_RETURN_IF_ERROR(RoundFailure(votes, Phase::kVote));  // a failed vote first, whoever has not voted yet
   std::vector<Manifest> parts;
-  for (int r = 0; r < int(votes.size()); ++r)  // a failed vote first, whoever has not voted yet
-    if (Result<std::string> vote = DecodeOutcome(votes[r]); !votes[r].empty() && !vote.ok())
-      return RankFailed(r, vote.status());
   for (int r = 0; r < int(votes.size()); ++r) {
     Result<std::string> vote = DecodeOutcome(votes[r]);
-    if (!vote.ok()) return RankFailed(r, vote.status());
+    if (!vote.ok()) return vote.status().At(r, Phase::kVote);  // not voted (RoundFailure took it as not in)
     CKPT_ASSIGN_OR_RETURN(Manifest part, ParseManifest(*vote, "vote of rank " + std::to_string(r)));
     parts.push_back(std::move(part));
   }
@@ -295,12 +289,11 @@ Result<std::string> SaveRun::AwaitOutcomeOnDisk(const Status& timed_out, uint64_
 
 std::string SaveRun::DecideRound(VoteTally& tally, const std::vector<std::string>& msgs) {
   const auto now = Clock::now();
-  Status st = tally.Add(msgs, now);
-  if (!st.ok()) return EncodeFinal(ErrMsg(Mine(st, Phase::kVote)));
+  tally.Add(msgs, now);
   if (tally.Decided()) {
     t_decide_ = now;
     const auto& votes = tally.votes();
-    // A failed vote decides before every vote is in (MergeVotes names it first);
+    // A failed vote decides before every vote is in (MergeVotes names it: RoundFailure);
     // root's own writer may still run, so nothing is removed here (Run does, after it).
     const bool failed = std::any_of(votes.begin(), votes.end(),
                                     [](const std::string& v) { return !v.empty() && !DecodeOutcome(v).ok(); });
@@ -402,7 +395,7 @@ Result<SaveStats> SaveRun::Run() {
   Status after = Step("commit");
   if (!after.ok() && stats_.warning.ok())
     stats_.warning = Warning("the 'commit' step failed on rank " + std::to_string(rank_), after);
-  stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats_.seconds = Since(start);
   return stats_;
 }
 

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ckpt/base/agree.h"
+#include "ckpt/base/status_wire.h"
+
 namespace ckpt {
 namespace {
 
@@ -39,6 +42,17 @@ Status Malformed(std::string_view what, std::string_view wire) {
 
 }  // namespace
 
+Status RoundFailure(const std::vector<std::string>& outcomes, Phase phase) {
+  std::vector<Status> all;
+  for (int r = 0; r < int(outcomes.size()); ++r)
+    all.push_back(outcomes[r].empty() ? Status::Ok() : DecodeOutcome(outcomes[r]).status().At(r, phase));
+  const int r = FirstOrigin(all);
+  if (r < 0) return Status::Ok();
+  return Status(Code::kAborted, "rank " + std::to_string(r) + " failed: " + all[r].ToString(), all[r].origin_rank(),
+                all[r].phase())
+      .WithCause(all[r].cause());
+}
+
 Millis ProgressInterval(Millis timeout) { return std::clamp(timeout / 4, Millis(1), Millis(1000)); }
 
 Result<std::unique_ptr<File>> ProgressEnv::OpenFile(const std::string& p, OpenMode m, const OpenOptions& o) {
@@ -67,12 +81,12 @@ Result<bool> DecodeGoOn(std::string_view answer, std::string* final_outcome) {
 VoteTally::VoteTally(int size, Millis timeout, Clock::time_point start)
     : timeout_(timeout), votes_(size_t(size)), writers_(size_t(size), Writer{0, start}) {}
 
-Status VoteTally::Add(const std::vector<std::string>& msgs, Clock::time_point now) {
+void VoteTally::Add(const std::vector<std::string>& msgs, Clock::time_point now) {
   for (size_t r = 0; r < msgs.size() && r < votes_.size(); ++r) {
     const std::string& m = msgs[r];
-    auto bad = [&] { return Malformed("message of rank " + std::to_string(r), m); };
-    if (m.empty()) return bad();
-    if (m[0] == kWriting && m.size() == 9) {
+    if (m.empty()) {
+      Garbled(r, m);
+    } else if (m[0] == kWriting && m.size() == 9) {
       uint64_t count = 0;
       for (int i = 0; i < 8; ++i) count |= uint64_t(uint8_t(m[1 + i])) << (8 * i);
       if (count != writers_[r].count) writers_[r] = {count, now};
@@ -80,10 +94,14 @@ Status VoteTally::Add(const std::vector<std::string>& msgs, Clock::time_point no
       votes_[r] = m.substr(1);
       failed_vote_ = failed_vote_ || votes_[r][0] != 'O';  // an outcome: 'O' payload or 'E' failure
     } else if (!(m.size() == 1 && m[0] == kVoted && !votes_[r].empty())) {
-      return bad();
+      Garbled(r, m);
     }
   }
-  return Status::Ok();
+}
+
+void VoteTally::Garbled(size_t r, std::string_view m) {
+  votes_[r] = EncodeFailure(Malformed("message of rank " + std::to_string(r), m).At(int(r), Phase::kVote));
+  failed_vote_ = true;
 }
 
 bool VoteTally::Decided() const {

@@ -15,6 +15,9 @@
 // in phase 'vote'". A rank that stops answering rounds is named by the
 // gather's own deadline, as before. Only the existing collectives carry it,
 // so it works over every Comm (MPI, threads, the Python TorchComm).
+// Which failure decides a round (and the plan gather before it) is
+// AgreeStatus's rule, through its code (RoundFailure: agree.h FirstOrigin),
+// so a save and every other agreement name the same culprit.
 //
 // Wire (binary, one tag byte; the vote and outcomes are status_wire.h forms):
 //   rank -> root  'W' + uint64 LE count | 'V' + vote outcome | 'D' (voted before)
@@ -34,6 +37,7 @@
 
 #include "ckpt/base/comm.h"
 #include "ckpt/base/env.h"
+#include "ckpt/base/phase.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
@@ -60,6 +64,16 @@ class ProgressEnv final : public EnvWrapper {
   std::atomic<bool> cancelled_{false};
 };
 
+// The failure that decides a gather of the save (the plan's messages, the
+// votes so far), by AgreeStatus's rule (agree.h FirstOrigin: the lowest
+// origin rank, the origin's own report before a peer's relay, then the lowest
+// sender), or OK if none failed. `outcomes` are status_wire.h outcomes, index
+// = the sending rank; an empty one has not arrived yet (OK); a garbled one is
+// its sender's failure (kInternal). Returned as kAborted "rank <r> failed:
+// <CodeName>: <message>" keeping the failure's origin, phase and cause; a
+// failure without an origin gets its sender's, in `phase`.
+Status RoundFailure(const std::vector<std::string>& outcomes, Phase phase);
+
 // Round messages.
 std::string EncodeWriting(uint64_t count);
 std::string EncodeVote(std::string_view vote_outcome);
@@ -76,9 +90,10 @@ class VoteTally {
   using Clock = std::chrono::steady_clock;
   VoteTally(int size, Millis timeout, Clock::time_point start);
 
-  // Takes one round's messages (index = rank). OK: recorded. A malformed
-  // message is kInternal naming the rank.
-  Status Add(const std::vector<std::string>& msgs, Clock::time_point now);
+  // Takes one round's messages (index = rank). A malformed message is its
+  // sender's failed vote (kInternal naming it, origin that rank), as a
+  // garbled peer is its own failure in AgreeStatus, never root's.
+  void Add(const std::vector<std::string>& msgs, Clock::time_point now);
   // Some vote is a failure, or every rank voted: decide now.
   bool Decided() const;
   // The votes so far (an empty string: not voted yet).
@@ -93,6 +108,8 @@ class VoteTally {
     uint64_t count = 0;
     Clock::time_point since;  // when count last moved
   };
+  void Garbled(size_t r, std::string_view m);  // records rank r's malformed message as its failed vote
+
   Millis timeout_;
   std::vector<std::string> votes_;
   std::vector<Writer> writers_;

@@ -1,5 +1,6 @@
 #include "ckpt/protocol/verify.h"
 
+#include "ckpt/base/clock.h"
 #include "ckpt/protocol/commit.h"
 
 #include <chrono>
@@ -239,7 +240,7 @@ Result<VerifyReport> VerifyCheckpoint(Storage* root, const VerifyOptions& opts) 
     // manifest does not read: a lagging tracker must not hide that damage.
     if (latest) CheckNewer(root, report.iteration, &report);
   }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = Since(start);
   return report;
 }
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/format/chunk_layout.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/job_setup.h"
@@ -145,7 +146,7 @@ Result<json> PlanLoad(const LoadPlanRequest& req) {
               {"bytes_read_total", total}, {"bytes_read_max_rank", mx}, {"bytes_read_min_rank", mn},
               {"checkpoint_bytes", saved.manifest.TotalStoredBytes()}, {"distinct_plans", plans.distinct.size()},
               {"saved_shards", shards.size()}, {"dp_groups", dp_groups.size()},
-              {"plan_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+              {"plan_seconds", Since(t0)}};
   if (req.per_rank) out["per_rank"] = ranks;
   return out;
 }

@@ -9,6 +9,8 @@
 #include <functional>
 #include <sstream>
 
+#include "ckpt/base/clock.h"
+
 namespace ckpt::workload {
 
 Result<std::vector<nlohmann::json>> AllGatherJson(Comm& comm, const nlohmann::json& mine, Millis timeout,
@@ -182,9 +184,7 @@ double CpuSeconds() { return double(std::clock()) / CLOCKS_PER_SEC; }
 
 RestoreTimer::RestoreTimer() : wall_(std::chrono::steady_clock::now()), cpu_(CpuSeconds()), age_(ProcessAgeSeconds()) {}
 
-double RestoreTimer::Since() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_).count();
-}
+double RestoreTimer::Since() const { return ckpt::Since(wall_); }
 
 nlohmann::json RestoreTimer::Report(nlohmann::json phases, int64_t fetched_bytes) const {
   phases["before_restore"] = age_;

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "ckpt/base/clock.h"
+
 namespace ckpt::workload {
 
 Result<std::set<int64_t>> ParseSaveAt(const std::string& list) {
@@ -53,7 +55,7 @@ Result<TrainLoopResult> RunTrainLoop(TrainWorkload& w, Collectives& coll, TrainC
   while (w.iteration() < opts.steps) {
     const auto t0 = Clock::now();
     CKPT_RETURN_IF_ERROR(w.Step(coll));
-    r.step_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    r.step_seconds += Since(t0);
     ckpt.OnStep();
     const int64_t it = w.iteration();
     if (opts.log_interval > 0 && it % opts.log_interval == 0) Log(log, "train: iteration " + std::to_string(it) + "\n");

@@ -33,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def import_ckpt():
     """The ckpt package: $CKPT_PYTHONPATH, else <repo>/build/python, else sys.path."""
-    for p in (os.environ.get("CKPT_PYTHONPATH"), os.path.join(REPO, "build", "python")):
+    for p in (os.path.join(REPO, "build", "python"), os.environ.get("CKPT_PYTHONPATH")):  # the last first
         if p and os.path.isdir(p) and p not in sys.path:
             sys.path.insert(0, p)
     try:
@@ -117,6 +117,7 @@ class Checkpointer:
         self.stats_log = open(stats_log, "a") if stats_log and ps.rank == 0 else None
         self.pending = None  # (handle, record) of an async save in flight
         self.tiers = None  # a ckpt.TieredCheckpointer (enable_tiers)
+        self.hold = None  # test hook (train.py --hold-before-save): (rank, seconds) that rank sleeps in each save
 
     def _log(self, rec: dict) -> None:
         if self.stats_log:
@@ -171,6 +172,10 @@ class Checkpointer:
             memcpy_s = memcpy_seconds(mine)
         _barrier(self.ps)
         t0 = time.perf_counter()
+        if self.hold and self.hold[0] == self.ps.rank:  # the others are in ckpt's save, waiting for it
+            print(f"rank {self.ps.rank}: holding {self.hold[1]} s before the save of iteration {job.iteration}",
+                  file=sys.stderr, flush=True)
+            time.sleep(self.hold[1])
         result = ckpt_adapter.save(job, self.ckpt, state, root, self.comm, is_async=is_async,
                                    compress=self.compress, timeout=self.timeout)
         blocking = time.perf_counter() - t0
@@ -178,12 +183,12 @@ class Checkpointer:
                "root": root, "bytes": int(_sum_over_ranks(nbytes, self.ps)),
                "layout": job.ps.layout_json()}
         if is_async:
+            self.pending = (result, rec)  # first: the collectives below may fail (a lost node)
             start = getattr(result, "start_stats", None) or {}
             rec.update(blocking_s=_max_over_ranks(blocking, self.ps),
                        ckpt_blocking_s=_max_over_ranks(start.get("blocking_seconds", 0.0), self.ps),
                        snapshot_bytes=int(_sum_over_ranks(start.get("snapshot_bytes", 0), self.ps)),
                        memcpy_s=_max_over_ranks(memcpy_s, self.ps), t_start=t0)
-            self.pending = (result, rec)
             return rec
         _barrier(self.ps)
         secs = time.perf_counter() - t0
@@ -247,6 +252,20 @@ class Checkpointer:
                "choice": _plain(choice)}
         self._log(rec)
         return choice
+
+    def report_pending(self) -> None:
+        """After a training failure: joins the async save in flight (bounded by ckpt's deadline)
+        and prints how it ended - a lost node's ranks and host (CkptTimeoutError) - which the
+        training collective's error (gloo: "Connection reset by peer") does not say."""
+        if self.pending is None:
+            return
+        handle, rec = self.pending
+        self.pending = None
+        try:
+            handle.wait()
+        except Exception as e:  # noqa: BLE001 - reported, the training error is raised after
+            print(f"rank {self.ps.rank}: the async save of iteration {rec['iteration']} in flight failed: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.wait()

@@ -136,14 +136,32 @@ def checkpointer(a: argparse.Namespace, ps: ParallelState):
     if not (a.save or a.load):
         return None
     from .ckpt_io import Checkpointer
-    return Checkpointer(ps, save_dir=a.save, interval=a.save_interval, async_save=a.async_save,
-                        comm=a.ckpt_comm, stats_log=a.ckpt_stats, timeout=a.ckpt_timeout)
+    ck = Checkpointer(ps, save_dir=a.save, interval=a.save_interval, async_save=a.async_save,
+                      comm=a.ckpt_comm, stats_log=a.ckpt_stats, timeout=a.ckpt_timeout)
+    if a.hold_before_save:
+        rank, secs = a.hold_before_save.split(":")
+        ck.hold = (int(rank), float(secs))
+    return ck
 
 
 def periodic_save(ck, job: Job, a: argparse.Namespace) -> None:
     if a.async_save and a.sync_copy:
         ck.save(job, a.sync_copy, sync=True)  # the reference the async save must equal
     ck.save(job)
+
+
+def steps_and_saves(job: Job, ck, a: argparse.Namespace, rec: dict, log) -> None:
+    """After a step: its log line (rank 0) and the saves due."""
+    if job.ps.rank == 0:
+        print(f"iter {rec['iteration']:4d} loss {rec['loss']:.6f} grad_norm "
+              f"{rec['grad_norm']:.4f} lr {rec['lr']:.3e}", flush=True)
+        if log:
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+    if a.local_dir:
+        ck.tier_save(job)
+    elif ck and a.save and a.save_interval and job.iteration % a.save_interval == 0:
+        periodic_save(ck, job, a)
 
 
 def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namespace]:
@@ -195,6 +213,9 @@ def parse_args(argv: list[str]) -> tuple[GPTConfig, TrainConfig, argparse.Namesp
     c.add_argument("--ckpt-timeout", type=float, default=None,
                    help="ckpt's collective deadline for saves, seconds (default ckpt's 60): how long the "
                         "survivors of a lost node wait before naming the lost ranks and their hosts")
+    c.add_argument("--hold-before-save", default=None, metavar="RANK:SECONDS",
+                   help="test hook: that rank sleeps this long in each save, after the others entered "
+                        "ckpt's (a slow or lost node; tests/cluster)")
     a = ap.parse_args(argv)
     if a.local_dir and not a.save:
         ap.error("--local-dir needs --save (the global tier)")
@@ -244,17 +265,13 @@ def main(argv: list[str] | None = None) -> None:
     log = open(a.log, "a") if a.log and rank == 0 else None
     t0, start_iter = time.monotonic(), job.iteration
     while job.iteration < train_cfg.steps:
-        rec = train_step(job)
-        if rank == 0:
-            print(f"iter {rec['iteration']:4d} loss {rec['loss']:.6f} grad_norm "
-                  f"{rec['grad_norm']:.4f} lr {rec['lr']:.3e}", flush=True)
-            if log:
-                log.write(json.dumps(rec) + "\n")
-                log.flush()
-        if a.local_dir:
-            ck.tier_save(job)
-        elif ck and a.save and a.save_interval and job.iteration % a.save_interval == 0:
-            periodic_save(ck, job, a)
+        try:
+            rec = train_step(job)
+            steps_and_saves(job, ck, a, rec, log)
+        except Exception:
+            if ck:  # a peer lost: the async save in flight names it by ckpt's deadline
+                ck.report_pending()
+            raise
     saved_last = a.local_dir or (a.save_interval and job.iteration % a.save_interval == 0)
     if ck and a.save and job.iteration > start_iter and not saved_last:
         ck.save(job)  # the final state, as Megatron saves at the end of training

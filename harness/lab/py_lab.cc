@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/async_save.h"
 #include "python/src/py_comm.h"
@@ -51,7 +52,7 @@ double CommBench(const std::shared_ptr<CommHandle>& h, const std::string& op, in
   Check(c->Barrier(t, Phase::kBench), c->rank(), "comm_bench");
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) Check(OneCall(c, op, msg, t), c->rank(), "comm_bench");
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / std::max(reps, 1);
+  return Since(t0) / std::max(reps, 1);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@ import time
 import warnings
 
 from . import _ckpt
-from ._comm import async_handle_of, handle_of
+from ._comm import async_handle_of, ends_after_launcher_term, handle_of
 from ._descriptors import ShardedObject, ShardedTensor, flatten, rebuild
 from ._errors import CkptTimeoutError
 from ._tensors import HostBuffer
@@ -72,9 +72,10 @@ def save(sharded_state_dict, root, iteration, comm=None, compress=None, timeout=
     buffered_write_bytes, direct_io_fallback, warning, ... ("direct_bytes" is
     kept as an alias of direct_write_bytes for one release)."""
     entries, objs, bufs, _ = _entries(sharded_state_dict, for_load=False, op="save")
-    return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
-                      float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
-                      bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io), progress)
+    with ends_after_launcher_term(f"save of iteration {iteration}"):
+        return _ckpt.save(entries, objs, str(root), int(iteration), handle_of(comm), compress or "none",
+                          float(timeout), _json(metadata, "metadata"), _json(layout, "layout"), int(chunk_bytes),
+                          bool(allow_older), chunk_hash or "sha256", _direct_write_code(direct_io), progress)
 
 
 def _direct_write_code(direct_io):  # -1: CKPT_DIRECT_IO decides; 0 buffered; 1 direct
@@ -123,9 +124,10 @@ def load(sharded_state_dict, root, iteration=None, comm=None, strict="raise_all"
         raise ValueError(f"ckpt: strict={strict!r} is not one of {sorted(_STRICT)}")
     mode, warn, ret = _STRICT[strict]
     entries, objs, bufs, objects = _entries(sharded_state_dict, for_load=True)
-    st, blobs = _ckpt.load(entries, objs, str(root), -1 if iteration is None else int(iteration),
-                           handle_of(comm), mode, float(timeout), bool(verify_hashes), bool(fallback),
-                           _direct_read_code(direct_io), progress)
+    with ends_after_launcher_term("load"):
+        st, blobs = _ckpt.load(entries, objs, str(root), -1 if iteration is None else int(iteration),
+                               handle_of(comm), mode, float(timeout), bool(verify_hashes), bool(fallback),
+                               _direct_read_code(direct_io), progress)
     for b in bufs:
         b.finish_load()
     st["requested_iteration"] = iteration
@@ -216,7 +218,8 @@ class AsyncSaveHandle:
     def _join(self):
         if self._stats is None and self._error is None:
             try:
-                self._stats = self._saver.cpp.wait()
+                with ends_after_launcher_term(f"async save of iteration {self.iteration}"):
+                    self._stats = self._saver.cpp.wait()
             except Exception as e:  # noqa: BLE001 - recorded for every later wait()
                 self._error = e
             finally:

@@ -20,8 +20,17 @@ ckpt.TorchComm() torch.distributed: the collectives run over the process
 Every rank must make the same sequence of ckpt calls on one comm. An async
 save uses its own comm (a duplicate), so its background thread never shares
 one with the caller.
+
+SIGTERM (mpirun's, after it lost a node): with a ckpt.MpiComm, a SIGTERM that
+comes while a save/load wait is in flight, and whose action is the default,
+is deferred until that wait ends by its deadline; the save/load then raises as
+usual (CkptTimeoutError naming missing_ranks / missing_hosts), ckpt prints
+that error and the process takes SIGTERM's default action (exit status 143).
+Outside a wait, or with a Python handler installed (signal.signal), SIGTERM
+behaves as without ckpt (ckpt/mpi/launcher_term.h).
 """
 import atexit
+import contextlib
 import socket
 import threading
 import time
@@ -263,6 +272,28 @@ class TorchComm(_StoreComm):
             self._async._hosts = self._hosts  # one registry: the hosts of this group
             self._async._handle = _ckpt.callback_comm(self._async)
         return self._async._handle
+
+
+def _outcome(op, e):
+    text = f"{op}: {type(e).__name__}: {e}"
+    if getattr(e, "missing_ranks", None):
+        text += f" (missing_ranks={e.missing_ranks}, missing_hosts={e.missing_hosts})"
+    return text
+
+
+@contextlib.contextmanager
+def ends_after_launcher_term(op):
+    """Around a save/load: after a SIGTERM deferred during it (module docstring),
+    prints how it ended - its error with the missing ranks and hosts - and ends
+    the process by SIGTERM's default action. Otherwise nothing."""
+    try:
+        yield
+    except BaseException as e:
+        if _ckpt.launcher_terminating():
+            _ckpt.end_after_launcher_term(_outcome(op, e))
+        raise
+    if _ckpt.launcher_terminating():
+        _ckpt.end_after_launcher_term(f"{op}: ended")
 
 
 def handle_of(comm):

@@ -270,6 +270,8 @@ PYBIND11_MODULE(_ckpt, m) {
   m.def("dup_mpi_comm", [](const std::shared_ptr<CommHandle>& h) { return DupMpiCommHandle(*h); });
   m.def("callback_comm", &CallbackCommHandle);
   m.def("shutdown_mpi", &ShutdownMpi);
+  m.def("launcher_terminating", &LauncherTerminating);  // a SIGTERM deferred (ckpt/mpi/launcher_term.h)
+  m.def("end_after_launcher_term", [](const std::string& outcome) { EndAfterLauncherTerm(outcome); });
   m.def("save", &Save);
   m.def("load", &Load);
   m.def("inspect", &Inspect);

@@ -139,6 +139,9 @@ std::shared_ptr<CommHandle> LocalCommHandle() {
 std::shared_ptr<CommHandle> MpiCommHandle() {
   MpiState& s = Mpi();
   if (s.finalized) ThrowStatus(Status::FailedPrecondition("MPI was already finalised by ckpt"));
+  // mpirun's SIGTERM after a node loss waits for a save/load wait's deadline,
+  // which names the lost ranks and host (launcher_term.h); elsewhere it is as before.
+  DeferTerminationInWaits();
   if (!s.session) {
     auto session = MpiSession::Init(nullptr, nullptr);
     if (!session.ok()) ThrowStatus(session.status());

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "ckpt/base/comm.h"
+#include "ckpt/mpi/launcher_term.h"  // the binding's launcher_terminating / end_after_launcher_term
 
 namespace ckpt::py {
 

@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/sha256.h"
 #include "ckpt/format/file_meta_hash.h"
 #include "ckpt/protocol/checkpoint.h"
@@ -380,7 +381,7 @@ int main(int argc, char** argv) {
 
   Mutator m(a.seed);
   std::vector<std::pair<int, std::string>> fresh;
-  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < a.seconds) {
+  while (ckpt::Since(t0) < a.seconds) {
     const uint64_t r = m.Next(10);
     const int kind = r < 7 ? kManifest : r < 8 ? kTracker : kShard;
     std::string input = m.Mutate(corpus[kind][m.Next(corpus[kind].size())], Kind(kind));
@@ -401,7 +402,7 @@ int main(int argc, char** argv) {
   }
   g_exec_started_ms = -1;
   watchdog.join();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = ckpt::Since(t0);
   if (!a.corpus.empty()) {
     fs::create_directories(a.corpus);
     int n = 0;

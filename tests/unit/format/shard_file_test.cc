@@ -14,6 +14,7 @@
 
 #include <zstd.h>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/sha256.h"
 #include "harness/test_util.h"
 
@@ -650,7 +651,7 @@ TEST(ShardFileBench, DISABLED_Write256MiB) {
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE((*w)->WriteTensor(t, data, Opts(c, 4 << 20)).ok());
     ASSERT_TRUE((*w)->Finish().ok());
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double s = Since(t0);
     std::printf("256 MiB bf16 shard, %s: %.0f MB/s incl. fsync (file %llu bytes)\n",
                 std::string(CompressionName(c)).c_str(), double(data.size()) / 1e6 / s,
                 (unsigned long long)(*w)->file_size());

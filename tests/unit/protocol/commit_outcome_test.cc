@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "harness/state_util.h"
@@ -21,8 +22,6 @@ using testing::Desc;
 using testing::OwnedState;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
-
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 bool Has(const Status& s, const std::string& part) { return s.message().find(part) != std::string::npos; }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <thread>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "harness/state_util.h"
 #include "harness/test_util.h"
@@ -120,7 +121,7 @@ TEST(LoadShare, RankThatCannotPlanFailsTheGroupAtOnce) {
   auto res = LoadShared(root, 1 << 20, [](int r, LoadOptions& o) {
     if (r == 2) o.iteration = 99;  // no such checkpoint on this rank only
   });
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = Since(t0);
   EXPECT_LT(secs, 5.0) << "the group waited for a deadline (20 s) instead of hearing the error";
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_FALSE(res[r].stats.ok()) << "rank " << r;

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "ckpt/base/clock.h"
 #include "ckpt/base/status_wire.h"
 #include "ckpt/workload/collectives.h"
 #include "ckpt/workload/philox.h"
@@ -376,7 +377,7 @@ TEST(CommCollectivesTest, ReductionsUseTheJobsTimeout) {
   CommCollectives c(nullptr, dp[0].get(), Millis(300));
   std::vector<float> v{1.0f};
   st0 = c.SumOverDp(std::span<float>(v));
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited = Since(t0);
   late.join();
   EXPECT_EQ(st0.code(), Code::kTimeout) << st0.ToString();
   EXPECT_LT(waited, 1.4);
