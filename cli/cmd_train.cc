@@ -12,7 +12,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/base/clock.h"
 #include "ckpt/mpi/comm_mpi.h"
 #include "ckpt/protocol/checkpoint.h"
 #include "ckpt/workload/exit_signal.h"
@@ -37,6 +36,7 @@ struct Job {
   std::unique_ptr<workload::TrainWorkload> work;
   std::unique_ptr<workload::MpiCollectives> coll;
   std::unique_ptr<TrainSaver> saver;
+  double mpi_up = -1;  // seconds from process start to MPI initialised (restart profile)
   int rank() const { return comm ? comm->rank() : -1; }
 };
 
@@ -81,6 +81,7 @@ Result<Job> StartJob(TrainFlags& f) {
   Job j;
   CKPT_ASSIGN_OR_RETURN(j.session, MpiSession::Init(nullptr, nullptr));
   CKPT_ASSIGN_OR_RETURN(j.comm, MpiComm::Create());
+  j.mpi_up = workload::ProcessAgeSeconds();
   CKPT_ASSIGN_OR_RETURN(j.layout, workload::JobLayout(f.layout, *j.comm));
   CKPT_ASSIGN_OR_RETURN(RankCoords coords, workload::JobCoords(j.layout, *j.comm));
   std::string preset;
@@ -98,37 +99,36 @@ Result<Job> StartJob(TrainFlags& f) {
   return j;
 }
 
-// With a local tier: the newest iteration complete in some tier (local_tier.h
-// ChooseResumeTier), said with why; a local one is restored from this node
-// and the peers' replicas.
+// With a local tier: the newest complete tier's iteration, said with why (ChooseResumeTier).
 Result<json> ResumeTiered(Job& j, const TrainFlags& f) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const workload::RestoreTimer timer;  // restore time: from the choice to the state applied
   const workload::ResumeParts parts{!f.no_rng, !f.no_iterator};
   CKPT_ASSIGN_OR_RETURN(TierChoice c, ChooseResumeTier(*j.saver->local(), f.root));
-  const double choose = Since(t0);
+  json phases = {{"choose", timer.Since()}, {"mpi_up", j.mpi_up}};
   Print0(j, "train: resume from the " + c.tier + " tier, iteration " + std::to_string(c.iteration) + ": " + c.why + "\n");
   json out = {{"tier", c.tier}, {"iteration", c.iteration}, {"why", c.why}, {"local_iteration", c.local_iteration},
               {"global_iteration", c.global_iteration}};
   if (c.tier == "local") {
     ShardedStateDict request = j.work->SaveDict(parts);
     CKPT_ASSIGN_OR_RETURN(LocalRestoreStats rs, LocalRestore(request, c.iteration, *j.saver->local()));
+    const double restored = timer.Since();
     CKPT_RETURN_IF_ERROR(j.work->ApplyLoaded(request, c.iteration, j.comm.get(), parts, Millis(f.timeout_ms)));
-    out.update({{"bytes", rs.load.bytes_read}, {"fetched_bytes", rs.fetched_bytes}, {"from_rank", rs.from_rank},
-                {"phases", {{"fetch", rs.fetch_seconds}, {"load", rs.load_seconds}, {"keep", rs.keep_seconds}}}});
+    out.update({{"bytes", rs.load.bytes_read}, {"fetched_bytes", rs.fetched_bytes}, {"from_rank", rs.from_rank}});
+    phases.update({{"fetch", rs.fetch_seconds},
+                   {"load", rs.load_seconds},
+                   {"keep", rs.keep_seconds},
+                   {"apply", timer.Since() - restored}});
+    phases = workload::WithLoadPhases(phases, rs.load);
   } else {
     LoadStats ls;
     CKPT_RETURN_IF_ERROR(j.work->Resume(f.root, c.iteration, j.comm.get(), parts, Millis(f.timeout_ms), &ls));
     out["bytes"] = ls.bytes_read;
+    phases = workload::WithLoadPhases(phases, ls);
+    phases["load"] = ls.seconds;  // the rest of the resume: manifest, resume checks, apply
   }
-  // Every rank's restore time (the job's is the slowest rank's, with that
-  // rank's phases) and the bytes fetched from peers.
-  const double mine = Since(t0);
-  json phases = out.value("phases", json::object());
-  phases["choose"] = choose;
-  const json report = {{"seconds", mine}, {"fetched_bytes", out.value("fetched_bytes", int64_t(0))}, {"phases", phases}};
+  const json report = timer.Report(phases, out.value("fetched_bytes", int64_t(0)));  // the job's: its slowest rank's
   CKPT_ASSIGN_OR_RETURN(auto all, workload::AllGatherJson(*j.comm, report, Millis(f.timeout_ms), Phase::kResumeTime));
   CKPT_ASSIGN_OR_RETURN(json job, workload::ReduceRestoreReports(all));
-  out.erase("phases");
   out.update(job);
   return out;
 }

@@ -3,9 +3,15 @@
 #include <algorithm>
 
 #include "ckpt/base/chunk_hash.h"
+#include "ckpt/base/clock.h"
 #include "ckpt/format/codec.h"
 
 namespace ckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
 
 ChunkReader::ChunkReader(Env* env, std::string dir, const Manifest* manifest, bool verify_hashes,
                          DirectRead direct_io)
@@ -75,7 +81,9 @@ Result<std::span<const std::byte>> ChunkReader::ReadStored(int file, const Datas
   bytes_read_ += int64_t(bytes->size());
   ++chunks_read_;
   if (verify_) {
+    const auto t0 = Clock::now();
     std::string got = hasher_->FinishHex();
+    times_.hash += Since(t0);
     if (got != c.sha256)
       return Status::Corruption(where() + ": " + std::string(ChunkHashName(manifest_->chunk_hash)) +
                                 " mismatch (manifest " + c.sha256 + ", data " + got + ")");
@@ -87,11 +95,20 @@ Result<std::span<const std::byte>> ChunkReader::ReadRange(File* f, uint64_t offs
   stored_.resize(n);
   for (size_t off = 0; off < n; off += kReadBlockBytes) {
     const std::span<std::byte> block = std::span<std::byte>(stored_).subspan(off, std::min(kReadBlockBytes, n - off));
+    const auto t0 = Clock::now();
     CKPT_ASSIGN_OR_RETURN(size_t got, f->PRead(offset + off, block));
+    times_.read += Since(t0);
     if (got != block.size()) return Status::Corruption("short read (file truncated)");
-    if (verify_) hasher_->Update(block);  // now, while the block is in cache
+    Hash(block);  // now, while the block is in cache
   }
   return std::span<const std::byte>(stored_);
+}
+
+void ChunkReader::Hash(std::span<const std::byte> block) {
+  if (!verify_ || block.empty()) return;
+  const auto t0 = Clock::now();
+  hasher_->Update(block);
+  times_.hash += Since(t0);
 }
 
 // The page-aligned span around the chunk, read whole blocks at a time (the
@@ -105,9 +122,11 @@ Result<std::span<const std::byte>> ChunkReader::ReadRangeDirect(File* f, uint64_
   std::byte* buf = direct_buf_.data();
   for (size_t off = 0; off < span; off += kDirectReadBlockBytes) {
     const size_t want = std::min(kDirectReadBlockBytes, span - off);
+    const auto t0 = Clock::now();
     CKPT_ASSIGN_OR_RETURN(size_t got, f->PRead(lo + off, std::span<std::byte>(buf + off, want)));
+    times_.read += Since(t0);
     const size_t from = std::max(off, head), to = std::min(off + got, head + n);
-    if (verify_ && to > from) hasher_->Update(std::span<const std::byte>(buf + from, to - from));
+    if (to > from) Hash(std::span<const std::byte>(buf + from, to - from));
     if (got < want) {
       if (off + got < head + n) return Status::Corruption("short read (file truncated)");
       break;
@@ -141,7 +160,9 @@ Result<std::span<const std::byte>> ChunkReader::ReadDecoded(int file, const Data
   Status size_ok = CheckZstdFrameSize(stored, uint64_t(rec.chunk_elems) * elem_size);
   if (!size_ok.ok()) return size_ok.WithContext(Where(file, rec, chunk, what));
   decoded_.resize(size_t(rec.chunk_elems) * elem_size);
+  const auto t0 = Clock::now();
   Status st = DecodeChunk(stored, elem_size, rec.compression, rec.shuffle, decoded_);
+  times_.decode += Since(t0);
   if (!st.ok()) return st.WithContext(Where(file, rec, chunk, what));
   return std::span<const std::byte>(decoded_);
 }

@@ -63,6 +63,12 @@ class ChunkReader {
   Status OpenFile(int file) { return Open(file).status(); }
 
   int64_t bytes_read() const { return bytes_read_; }
+  // Where this reader's time went (seconds): reading from the Env, hashing,
+  // decoding; the split of a load's time (LoadStats).
+  struct Times {
+    double read = 0, hash = 0, decode = 0;
+  };
+  const Times& times() const { return times_; }
   int64_t chunks_read() const { return chunks_read_; }
   int files_opened() const { return int(files_.size()); }
   // kAuto: files opened buffered because they were in the page cache.
@@ -81,6 +87,7 @@ class ChunkReader {
   // ends first (the caller names the chunk).
   Result<std::span<const std::byte>> ReadRange(File* f, uint64_t offset, size_t n);
   Result<std::span<const std::byte>> ReadRangeDirect(File* f, uint64_t offset, size_t n);
+  void Hash(std::span<const std::byte> block);  // when verifying; timed
 
   Env* env_;
   std::string dir_;
@@ -92,6 +99,7 @@ class ChunkReader {
   std::vector<std::byte> stored_, decoded_;
   AlignedBuffer direct_buf_;  // direct reads land here (page-aligned)
   int64_t bytes_read_ = 0, chunks_read_ = 0;
+  Times times_;
   int files_cached_ = 0;
 };
 

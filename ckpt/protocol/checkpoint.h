@@ -183,6 +183,11 @@ struct LoadStats {
   int64_t direct_read_bytes = 0;  // of bytes_read, read with O_DIRECT (LoadOptions::direct_io)
   std::string direct_io_fallback;  // why a direct load read through the page cache ("" if it did not)
   int files_cached = 0;  // DirectRead::kAuto: file opens (one per reader) read buffered, being in the page cache
+  // Where the time went, summed over this rank's read workers (each runs on
+  // its own thread, so these may add up to more than `seconds`): reading from
+  // the Env, hashing, decoding, copying decoded chunks into the buffers.
+  double read_seconds = 0, hash_seconds = 0, decode_seconds = 0, copy_seconds = 0;
+  int threads = 0;  // read workers of this rank (LoadOptions::threads resolved)
   double seconds = 0;
   // Iterations passed over, each with why: with fallback, those rejected;
   // with iteration -1 (latest), also every committed-looking iteration newer

@@ -29,6 +29,12 @@ using Clock = std::chrono::steady_clock;
 using load_internal::ChunkKey;
 using load_internal::ChunkPlan;
 
+// One load worker's counts (summed into LoadStats).
+struct WorkerStats {
+  int64_t elements = 0;
+  double copy_seconds = 0;
+};
+
 // Keeps chunks (ahead, end) of order requested from the Env up to `budget`
 // stored bytes beyond chunk `i` (the one about to be read); `ahead` is the
 // last one requested so far.
@@ -51,7 +57,7 @@ void PrefetchAhead(const Manifest& m, const ChunkPlan& cp, size_t i, size_t end,
 // Reads, checks and scatters chunks order[begin, end) with its own reader,
 // reading ahead (opts.prefetch_bytes, when set) while it hashes and decodes.
 Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkPlan& cp, size_t begin, size_t end,
-                     int64_t prefetch_bytes, ChunkReader& reader, const std::atomic<bool>& stop, int64_t* elements) {
+                     int64_t prefetch_bytes, ChunkReader& reader, const std::atomic<bool>& stop, WorkerStats* ws) {
   size_t ahead = begin;  // chunk `begin` is read at once: no hint for it
   for (size_t i = begin; i < end && !stop.load(std::memory_order_relaxed); ++i) {
     PrefetchAhead(m, cp, i, end, prefetch_bytes, reader, &ahead);
@@ -59,7 +65,9 @@ Status ScatterChunks(ShardedStateDict& state, const Manifest& m, const ChunkPlan
     const ManifestShard& s = m.shards[key.first];
     CKPT_ASSIGN_OR_RETURN(auto chunk, reader.ReadDecoded(s.file, s.record, key.second, DTypeSize(s.meta.dtype),
                                                          "tensor '" + s.meta.key + "'"));
-    CKPT_RETURN_IF_ERROR(load_internal::Scatter(state, m, cp, key, chunk, reader.FilePath(s.file), elements));
+    const auto t0 = Clock::now();
+    CKPT_RETURN_IF_ERROR(load_internal::Scatter(state, m, cp, key, chunk, reader.FilePath(s.file), &ws->elements));
+    ws->copy_seconds += Since(t0);
   }
   return Status::Ok();
 }
@@ -73,18 +81,20 @@ Status LoadTensors(ShardedStateDict& state, const Manifest& m, const ChunkPlan& 
   const size_t workers = std::max<size_t>(1, std::min<size_t>(size_t(std::max(opts.threads, 1)), cp.order.size()));
   std::vector<std::unique_ptr<ChunkReader>> readers;
   std::vector<Status> results(workers);
-  std::vector<int64_t> elements(workers, 0);
+  std::vector<WorkerStats> ws(workers);
   std::atomic<bool> stop{false};
   for (size_t w = 0; w < workers; ++w)
     readers.push_back(std::make_unique<ChunkReader>(env, dir, &m, opts.verify_hashes, opts.direct_io));
   load_internal::RunWorkers(workers, [&](size_t w) {
     const size_t begin = cp.order.size() * w / workers, end = cp.order.size() * (w + 1) / workers;
-    results[w] = ScatterChunks(state, m, cp, begin, end, opts.prefetch_bytes, *readers[w], stop, &elements[w]);
+    results[w] = ScatterChunks(state, m, cp, begin, end, opts.prefetch_bytes, *readers[w], stop, &ws[w]);
     if (!results[w].ok()) stop = true;
   });
+  stats->threads = int(workers);
   for (size_t w = 0; w < workers; ++w) {
     CKPT_RETURN_IF_ERROR(results[w]);
-    stats->elements += elements[w];
+    stats->elements += ws[w].elements;
+    stats->copy_seconds += ws[w].copy_seconds;
     stats->bytes_read += readers[w]->bytes_read();
     stats->chunks_read += readers[w]->chunks_read();
     load_internal::AddDirectIo(*readers[w], stats);
@@ -356,6 +366,9 @@ Result<std::span<const std::byte>> DecodeStored(const DatasetRecord& rec, int64_
 }
 
 void AddDirectIo(const ChunkReader& reader, LoadStats* stats) {
+  stats->read_seconds += reader.times().read;
+  stats->hash_seconds += reader.times().hash;
+  stats->decode_seconds += reader.times().decode;
   const DirectIoStats d = reader.direct_io();
   stats->direct_read_bytes += int64_t(d.direct_read_bytes);
   if (stats->direct_io_fallback.empty() && d.requested && !d.active) stats->direct_io_fallback = d.fallback;

@@ -81,7 +81,8 @@ Status CheckMetaOfReadFiles(Env* env, const std::string& dir, const Manifest& m,
 // Runs fn(0..n-1), fn(0) on the calling thread, the rest on their own; joins all.
 void RunWorkers(size_t n, const std::function<void(size_t)>& fn);
 
-// Adds what `reader` read with O_DIRECT (and why it could not) to `stats`.
+// Adds what `reader` read with O_DIRECT (and why it could not) and its
+// read/hash/decode times to `stats`.
 void AddDirectIo(const ChunkReader& reader, LoadStats* stats);
 
 }  // namespace ckpt::load_internal

@@ -204,6 +204,7 @@ class SharedLoad {
       CKPT_RETURN_IF_ERROR(Exchange(out));
       if (!mine_.ok() || !group_.ok()) break;
     }
+    stats_->threads = int(workers_);
     for (const auto& r : readers_) {
       stats_->bytes_read += r->bytes_read();
       stats_->chunks_read += r->chunks_read();

@@ -87,6 +87,9 @@ Result<LoadStats> LoadCopy(const Ctx& c, const std::string& root, int64_t it, Sh
   lo.env = c.env;
   lo.timeout = c.o.timeout;
   lo.strict = StrictMode::kAll;
+  // Workers as a job's load has them: this node's cores shared by its ranks
+  // (without the job's comm it would be all cores for every rank).
+  lo.threads = DefaultWorkerThreads(c.comm);
   return LoadCheckpoint(view, lo);
 }
 

@@ -134,7 +134,8 @@ struct LocalRestoreStats {
 // node, loads it from the staging dir (the load's chunk hash checks are the
 // check on arrival: no separate verify pass) and then publishes it (rename:
 // a torn or damaged copy is never an iter_N). Every chunk hash is checked
-// exactly once. Collective.
+// exactly once. The loads use DefaultWorkerThreads(opts.comm) workers each
+// (the node's cores shared by its ranks, as a job's load). Collective.
 Result<LocalRestoreStats> LocalRestore(ShardedStateDict& request, int64_t iteration, const LocalTierOptions& opts);
 
 // A global save drained from the local tier (the CLI's `train --local-dir`,

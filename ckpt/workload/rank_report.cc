@@ -1,8 +1,15 @@
 // AllGatherJson and the reductions over per-rank reports: see rank_report.h.
 #include "ckpt/workload/rank_report.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <ctime>
+#include <fstream>
 #include <functional>
+#include <sstream>
+
+#include "ckpt/base/clock.h"
 
 namespace ckpt::workload {
 
@@ -135,11 +142,54 @@ Result<nlohmann::json> ReduceRestoreReports(const std::vector<nlohmann::json>& a
       out["seconds"] = a["seconds"];
       out["slowest_rank"] = {{"rank", r}, {"phases_seconds", a["phases"]}};
     }
+    out["per_rank"].push_back({{"rank", r},
+                               {"seconds", a["seconds"]},
+                               {"cpu_seconds", a.value("cpu_seconds", -1.0)},
+                               {"phases_seconds", a["phases"]}});
     const int64_t fetched = a["fetched_bytes"].get<int64_t>();
     out["fetched_bytes_all_ranks"] = out["fetched_bytes_all_ranks"].get<int64_t>() + fetched;
     out["ranks_fetched_from_peers"] = out["ranks_fetched_from_peers"].get<int64_t>() + (fetched > 0);
   }
   return out;
+}
+
+nlohmann::json WithLoadPhases(nlohmann::json phases, const LoadStats& ls) {
+  phases.update({{"load_read", ls.read_seconds},
+                 {"load_hash", ls.hash_seconds},
+                 {"load_decode", ls.decode_seconds},
+                 {"load_copy", ls.copy_seconds},
+                 {"load_threads", ls.threads}});
+  return phases;
+}
+
+double ProcessAgeSeconds() {
+  // /proc/self/stat field 22: start time in clock ticks after boot; the
+  // command name (field 2) may hold spaces, so fields count from its ')'.
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  double up = -1;
+  if (close == std::string::npos || !(uptime >> up)) return -1;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  for (int i = 3; i < 22 && rest >> field;) ++i;
+  unsigned long long start = 0;
+  if (!(rest >> start)) return -1;
+  return up - double(start) / double(sysconf(_SC_CLK_TCK));
+}
+
+namespace {
+double CpuSeconds() { return double(std::clock()) / CLOCKS_PER_SEC; }
+}  // namespace
+
+RestoreTimer::RestoreTimer() : wall_(std::chrono::steady_clock::now()), cpu_(CpuSeconds()), age_(ProcessAgeSeconds()) {}
+
+double RestoreTimer::Since() const { return ckpt::Since(wall_); }
+
+nlohmann::json RestoreTimer::Report(nlohmann::json phases, int64_t fetched_bytes) const {
+  phases["before_restore"] = age_;
+  return {
+      {"seconds", Since()}, {"cpu_seconds", CpuSeconds() - cpu_}, {"fetched_bytes", fetched_bytes}, {"phases", phases}};
 }
 
 }  // namespace ckpt::workload

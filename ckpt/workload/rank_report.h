@@ -4,6 +4,7 @@
 // Collective over `comm` (all ranks call with the same phase); not thread-safe.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/base/comm.h"
+#include "ckpt/protocol/checkpoint.h"
 
 namespace ckpt::workload {
 
@@ -50,8 +52,31 @@ Result<nlohmann::json> ReduceSaveReports(const std::vector<nlohmann::json>& all)
 // The job-wide figures of a tiered restore (`ckpt train --local-dir`) from every
 // rank's report (keys: seconds, fetched_bytes, phases = {phase: seconds}):
 // seconds (the slowest rank's: the job waits for it), slowest_rank {rank,
-// phases_seconds}, fetched_bytes_all_ranks, ranks_fetched_from_peers.
+// phases_seconds}, per_rank [{rank, seconds, cpu_seconds (-1 if absent), phases_seconds}],
+// fetched_bytes_all_ranks, ranks_fetched_from_peers.
 // kInvalidArgument naming the rank when a report lacks a key.
 Result<nlohmann::json> ReduceRestoreReports(const std::vector<nlohmann::json>& all);
+// `phases` plus where a load's time went (LoadStats: load_read, load_hash,
+// load_decode, load_copy, summed over its load_threads read workers): one
+// rank's restore phases.
+nlohmann::json WithLoadPhases(nlohmann::json phases, const LoadStats& ls);
+// Seconds since this process started (Linux /proc, 10 ms resolution; -1 if
+// unknown): a restart's process start, MPI init and state set-up, measured
+// from inside it.
+double ProcessAgeSeconds();
+// One rank's restore, timed from its construction: Report() gives {seconds
+// (wall), cpu_seconds (this process, all threads: wall well above it means the
+// rank waited - for peers or for a core), fetched_bytes, phases} with
+// phases.before_restore = ProcessAgeSeconds() at the start.
+class RestoreTimer {
+ public:
+  RestoreTimer();
+  double Since() const;  // wall seconds since the start
+  nlohmann::json Report(nlohmann::json phases, int64_t fetched_bytes) const;
+
+ private:
+  std::chrono::steady_clock::time_point wall_;
+  double cpu_ = 0, age_ = -1;
+};
 
 }  // namespace ckpt::workload

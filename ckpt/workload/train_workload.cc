@@ -2,6 +2,7 @@
 // The step is in train_step.cc, resume in train_resume.cc.
 #include "ckpt/workload/train_workload.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -152,13 +153,20 @@ void TrainWorkload::DeriveModel(size_t param) {
 bool TrainWorkload::ModelMatchesMain(size_t param, int64_t* bad) const {
   const Param& p = params_[param];
   const size_t es = DTypeSize(model_.dtype);
-  std::byte want[8];
-  for (int64_t i = 0; i < p.numel; ++i) {
-    ToModel(model_.dtype, p.main[size_t(i)], want);
-    if (std::memcmp(want, p.model.data() + size_t(i) * es, es) != 0) {
-      *bad = i;
-      return false;
-    }
+  // Rounded a block at a time and compared with one memcmp per block (a
+  // resume checks every element: one call per element was ~50 ms per 90 MB rank).
+  constexpr int64_t kBlock = 4096;
+  std::byte want[kBlock * 8];
+  for (int64_t b = 0; b < p.numel; b += kBlock) {
+    const int64_t n = std::min(kBlock, p.numel - b);
+    for (int64_t i = 0; i < n; ++i) ToModel(model_.dtype, p.main[size_t(b + i)], want + size_t(i) * es);
+    const std::byte* have = p.model.data() + size_t(b) * es;
+    if (std::memcmp(want, have, size_t(n) * es) == 0) continue;
+    for (int64_t i = 0; i < n; ++i)
+      if (std::memcmp(want + size_t(i) * es, have + size_t(i) * es, es) != 0) {
+        *bad = b + i;
+        return false;
+      }
   }
   return true;
 }

@@ -206,6 +206,27 @@ TEST(LocalTier, FetchedCopyIsReadAndHashedOnceAtRestore) {
                                           << counter.bytes.load() << " bytes at restore";
 }
 
+// Regression (issue 33, restart time): a restore loads with the workers a
+// job's load gets - this node's cores shared by its ranks - not all cores
+// for every rank (4 ranks x 2 workers on 2 cores made the restore's loads
+// fight for the cores; the global tier's load had 1 each). Threads as ranks
+// share one node here: local_size() = 4.
+TEST(LocalTier, RestoreLoadSharesTheNodesCoresAmongItsRanks) {
+  const std::string dir = testing::ScratchDir("local_tier_threads");
+  ASSERT_EQ(SaveAll(dir, 2), 0);
+  fs::remove_all(dir + "/node1");
+  std::atomic<int> bad{0};
+  OnRanks([&](int r, Comm& c) {
+    RankState s(r);
+    auto st = LocalRestore(s.sd, 2, Opts(dir, &c));
+    if (!st.ok() || !s.Holds(r, 2)) ++bad;
+    if (st.ok()) {
+      EXPECT_EQ(st->load.threads, DefaultWorkerThreads(&c)) << "rank " << r;  // 1 on <= 4 cores
+    }
+  });
+  EXPECT_EQ(bad, 0);
+}
+
 // Regression (issue 33, memory per save): replicas move in rounds of
 // round_bytes, so a rank's buffers are about a round per peer, not a whole
 // copy per peer (sent + received).

@@ -73,5 +73,42 @@ TEST(RankReport, RestoreReportsTakeTheSlowestRankAndCountThePeerFetches) {
   EXPECT_NE(bad.status().ToString().find("rank 1"), std::string::npos) << bad.status().ToString();
 }
 
+// Issue 33 restart profile: every rank's restore (wall and CPU seconds and
+// phases) comes back, not only the slowest one's; a load's split and worker
+// count go into the phases; the timer says how long the process ran first.
+TEST(RankReport, RestoreReportsKeepEveryRanksPhasesAndCpu) {
+  LoadStats ls;
+  ls.read_seconds = 0.25, ls.hash_seconds = 0.5, ls.decode_seconds = 0.125, ls.copy_seconds = 0.0625, ls.threads = 3;
+  const nlohmann::json phases = WithLoadPhases({{"fetch", 1.0}}, ls);
+  EXPECT_DOUBLE_EQ(phases["fetch"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(phases["load_read"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(phases["load_hash"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(phases["load_decode"].get<double>(), 0.125);
+  EXPECT_DOUBLE_EQ(phases["load_copy"].get<double>(), 0.0625);
+  EXPECT_EQ(phases["load_threads"], 3);
+
+  const RestoreTimer timer;
+  volatile double spin = 0;
+  for (int i = 0; i < 2000000; ++i) spin = spin + 1.0;  // some CPU time for the timer to see
+  const nlohmann::json mine = timer.Report(phases, 7);
+  EXPECT_GT(mine["seconds"].get<double>(), 0);
+  EXPECT_GT(mine["cpu_seconds"].get<double>(), 0);
+  EXPECT_EQ(mine["fetched_bytes"], 7);
+  EXPECT_GT(mine["phases"]["before_restore"].get<double>(), 0);  // this test process ran before the timer
+  EXPECT_LT(mine["phases"]["before_restore"].get<double>(), 24 * 3600.0);
+
+  nlohmann::json other = mine;
+  other["seconds"] = mine["seconds"].get<double>() + 1;
+  other.erase("cpu_seconds");  // an older rank's report
+  auto r = ReduceRestoreReports({mine, other});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ((*r)["per_rank"].size(), 2u);
+  EXPECT_EQ((*r)["per_rank"][0]["rank"], 0);
+  EXPECT_DOUBLE_EQ((*r)["per_rank"][0]["cpu_seconds"].get<double>(), mine["cpu_seconds"].get<double>());
+  EXPECT_DOUBLE_EQ((*r)["per_rank"][1]["cpu_seconds"].get<double>(), -1);
+  EXPECT_DOUBLE_EQ((*r)["per_rank"][0]["phases_seconds"]["load_hash"].get<double>(), 0.5);
+  EXPECT_EQ((*r)["slowest_rank"]["rank"], 1);
+}
+
 }  // namespace
 }  // namespace ckpt::workload
