@@ -289,6 +289,26 @@ Status LocalTierOptions::Validate(int world) const {
   if (replicas < 0 || (replicas >= nodes && replicas > 0))
     return Status::InvalidArgument("local tier: " + std::to_string(replicas) + " replicas need more than " +
                                    std::to_string(replicas) + " nodes; the job has " + std::to_string(nodes));
+  return CheckNodeDirsDistinct(nodes);
+}
+
+// Two nodes of the job on one host (known from the comm: every rank's host
+// name) must not share a directory: each commits, replaces and removes its
+// own copies there, and they would remove each other's (seen as NotFound in
+// phase 'local_marker'). Nodes on different hosts share a path as usual.
+Status LocalTierOptions::CheckNodeDirsDistinct(int nodes) const {
+  if (!comm) return Status::Ok();
+  std::map<std::pair<std::string, std::string>, int> seen;  // (host, node dir) -> node
+  for (int n = 0; n < nodes; ++n) {
+    const std::string host = comm->host(n * ranks_per_node);
+    if (host.empty()) return Status::Ok();  // hosts unknown to this comm: nothing to judge
+    const auto [it, fresh] = seen.emplace(std::pair{host, NodeDir(n)}, n);
+    if (!fresh)
+      return Status::InvalidArgument("local tier: nodes " + std::to_string(it->second) + " and " + std::to_string(n) +
+                                     " both run on host '" + host + "' and would share the local directory '" +
+                                     NodeDir(n) + "'; give each node its own (put {node} in the directory, e.g. " +
+                                     dir + "/node{node})");
+  }
   return Status::Ok();
 }
 

@@ -75,8 +75,10 @@ struct LocalTierOptions {
   std::string NodeDir(int node) const;
   // The ranks that hold replicas of `rank` (R of them, on distinct nodes).
   std::vector<int> ReplicaHolders(int rank, int world) const;
-  // Checks ranks_per_node divides world and 0 <= replicas < nodes.
+  // Checks ranks_per_node divides world, 0 <= replicas < nodes, and that no
+  // two nodes on one host (comm's host names) share a directory.
   Status Validate(int world) const;
+  Status CheckNodeDirsDistinct(int nodes) const;
 };
 
 // This rank's state as a one-rank checkpoint: the pieces of each key laid end

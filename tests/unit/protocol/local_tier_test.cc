@@ -133,6 +133,27 @@ TEST(LocalTier, LostNodeRestoresFromPeerReplicasBitwise) {
   EXPECT_TRUE(fs::exists(dir + "/node1/rank_3/iter_0000008"));  // fetched and kept on the fresh node
 }
 
+// Two nodes on one host given one directory (no {node} in it) would remove
+// each other's copies (before: NotFound in phase 'local_marker' at the second
+// save, or a rename of LOCAL_COMPLETE failing): refused at once, on every
+// rank, naming the hosts' shared directory and the cure; nothing is written.
+TEST(LocalTier, NodesOnOneHostSharingADirectoryAreRefused) {
+  const std::string dir = testing::ScratchDir("local_tier_shared_dir");
+  std::atomic<int> refused{0};
+  OnRanks([&](int r, Comm& c) {
+    RankState s(r);
+    s.Fill(r, 2);
+    LocalTierOptions o = Opts(dir, &c);
+    o.dir = dir + "/same";
+    const Status st = LocalSave(s.sd, 2, o).status();
+    const bool named = st.message().find("nodes 0 and 1 both run on host") != std::string::npos &&
+                       st.message().find("{node}") != std::string::npos;
+    refused += st.code() == Code::kInvalidArgument && named;
+  });
+  EXPECT_EQ(refused, kWorld);
+  EXPECT_FALSE(fs::exists(dir + "/same"));
+}
+
 TEST(LocalTier, ChoosesGlobalWhenLocalIsLostOrFromAnotherLayout) {
   const std::string dir = testing::ScratchDir("local_tier_choice");
   ASSERT_EQ(SaveAll(dir, 2), 0);
