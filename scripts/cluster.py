@@ -95,6 +95,16 @@ def _pids_in_netns(inode: int) -> list[int]:
     return pids
 
 
+def wait_for(pred, limit: float, poll: float = 0.05) -> bool:
+    """pred() became true within `limit` seconds (checked every `poll`, and once more at the end)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(poll)
+    return pred()
+
+
 @contextlib.contextmanager
 def _global_lock():
     STATE_ROOT.mkdir(parents=True, exist_ok=True)
@@ -163,6 +173,17 @@ class Cluster:
 
     def addr(self, node: str) -> str:
         return f"{SUBNET}.{HEAD_HOST if node == 'head' else int(node[1:])}"
+
+    def processes(self, node: str, match) -> list[int]:
+        """The pids of `node`'s processes (its network namespace) whose argv (a list of bytes)
+        satisfies match(argv): e.g. the job's ranks, as mpirun's daemon there would signal them."""
+        inode = _ns_inode(f"/run/netns/{self.netns(node)}")
+        pids = []
+        for pid in _pids_in_netns(inode) if inode else []:
+            with contextlib.suppress(OSError):
+                if match(open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")):
+                    pids.append(pid)
+        return pids
 
     def _node(self, node: str) -> dict:
         if node not in self.state.get("holders", {}):

@@ -39,25 +39,13 @@ def _text(p: Path) -> str:
     return ""
 
 
-def wait_for(pred, limit: float) -> bool:
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
+wait_for = cluster_mod.wait_for
 
 
 def job_pids(c, node: str) -> list[int]:
     """The GPT job's processes on `node` (what mpirun's daemon there would signal)."""
-    inode = cluster_mod._ns_inode(f"/run/netns/{c.netns(node)}")
-    pids = []
-    for pid in cluster_mod._pids_in_netns(inode) if inode else []:
-        with contextlib.suppress(OSError):
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            if b"torch_gpt.train" in argv and not argv[0].endswith(b"bash"):  # the shell traps SIGTERM
-                pids.append(pid)
-    return pids
+    # not the wrapping shell: it traps SIGTERM to record the rank's exit status
+    return c.processes(node, lambda argv: b"torch_gpt.train" in argv and not argv[0].endswith(b"bash"))
 
 
 def test_gpt_survivors_name_lost_host_despite_sigterm(make_cluster, tmp_path):

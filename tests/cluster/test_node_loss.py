@@ -56,13 +56,7 @@ def start_save(c, root, out, it: int, faults: str = "", deadline_ms: int = DEADL
     return start_job(c, out, cmd + (["--faults", faults] if faults else []))
 
 
-def wait_for(pred, limit: float) -> bool:
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
+wait_for = cluster_mod.wait_for
 
 
 def stop(p: subprocess.Popen) -> None:
@@ -153,16 +147,7 @@ MANY_HOLD = {"write": ("point=env.pwrite rank=2 action=delay ms=12000", None),
 
 def survivors_pids(c, node: str) -> list[int]:
     """The ckpt processes of `node` (what mpirun's daemon there would signal)."""
-    inode = cluster_mod._ns_inode(f"/run/netns/{c.netns(node)}")
-    pids = []
-    for pid in cluster_mod._pids_in_netns(inode) if inode else []:
-        try:
-            argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0]
-        except OSError:
-            continue
-        if argv0.endswith((b"/ckpt", b"/ckpt-lab")):  # the jobs run CKPT (ckpt-lab: its --faults)
-            pids.append(pid)
-    return pids
+    return c.processes(node, lambda argv: argv[0].endswith((b"/ckpt", b"/ckpt-lab")))  # ckpt-lab: its --faults
 
 
 def kill_many(c, tmp_path, base, phases: list[str]) -> list[dict]:
