@@ -66,7 +66,12 @@ Status TrainSaver::KillIfAsked(int64_t it) {
   // --stall-at: wait here (bounded) for the test to kill a node.
   if (job_->rank() == 0)
     std::fprintf(stdout, "train: stalled after iteration %lld\n", static_cast<long long>(it)), std::fflush(stdout);
-  std::this_thread::sleep_for(std::chrono::seconds(300));
+  // A launcher's SIGTERM (mpirun ending the job after the node loss) ends the
+  // stall: it is a test hook, not a save worth deferring the signal for.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (!LauncherTerminating() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (LauncherTerminating()) return Status::Aborted("--stall-at " + std::to_string(it) + ": ended by SIGTERM");
   return Status::Timeout("--stall-at " + std::to_string(it) + ": nobody killed the job within 300 s");
 }
 
