@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ckpt/mpi/launcher_term.h"
+#include "ckpt/protocol/stats_json.h"
 #include "cli/train_saver.h"
 
 namespace ckpt::cli {
@@ -88,11 +89,10 @@ Result<std::string> TrainSaver::SaveLocal(workload::TrainWorkload& w) {
   if (due) {
     local_->pinned = drain_.valid() ? rows_[size_t(drain_row_)]["iteration"].get<int64_t>() : -1;
     CKPT_ASSIGN_OR_RETURN(LocalSaveStats st, LocalSave(w.SaveDict(parts_), it, *local_));
-    rows_.push_back({{"tier", "local"}, {"iteration", it}, {"blocking_seconds", st.seconds},
-                     {"write_seconds", st.write_seconds}, {"replicate_seconds", st.replicate_seconds},
-                     {"commit_seconds", st.commit_seconds}, {"own_bytes", st.own_bytes},
-                     {"network_bytes_sent", st.sent_bytes}, {"network_bytes_received", st.received_bytes},
-                     {"buffer_bytes", st.buffer_bytes}, {"state_bytes", w.SaveDict(parts_).TotalBytes()}});
+    nlohmann::json row = LocalSaveStatsJson(st);
+    row.update({{"tier", "local"}, {"iteration", it}, {"blocking_seconds", st.seconds},
+                {"state_bytes", w.SaveDict(parts_).TotalBytes()}});
+    rows_.push_back(std::move(row));
     char line[256];
     std::snprintf(line, sizeof line,
                   "train: local save of iteration %lld committed on %d replica(s): blocked %.3f ms (write %.3f ms), "

@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "ckpt/base/clock.h"
+#include "ckpt/protocol/stats_json.h"
 #include "cli/train_saver.h"
 
 namespace ckpt::cli {
@@ -62,15 +63,9 @@ Result<std::string> TrainSaver::JoinLocal(int64_t iteration_now) {
   CKPT_RETURN_IF_ERROR(job.status());
   const int64_t it = job->iteration;
   const LocalSaveStats& st = job->local;
+  row.update(LocalSaveStatsJson(st));
   row.update({{"background_seconds", job->background_seconds},
-              {"write_seconds", st.write_seconds},
-              {"replicate_seconds", st.replicate_seconds},
-              {"commit_seconds", st.commit_seconds},
               {"save_seconds", st.seconds},
-              {"own_bytes", st.own_bytes},
-              {"network_bytes_sent", st.sent_bytes},
-              {"network_bytes_received", st.received_bytes},
-              {"buffer_bytes", st.buffer_bytes},
               {"steps_until_join", iteration_now - it}});
   std::string log = "train: local save of iteration " + std::to_string(it) + " committed on " +
                     std::to_string(local_->replicas) + " replica(s) in the background\n";

@@ -41,4 +41,11 @@ nlohmann::json LoadStatsJson(const LoadStats& s) {
           {"unexpected_keys", s.unexpected_keys}};
 }
 
+nlohmann::json LocalSaveStatsJson(const LocalSaveStats& s) {
+  return {{"write_seconds", s.write_seconds},   {"replicate_seconds", s.replicate_seconds},
+          {"commit_seconds", s.commit_seconds}, {"own_bytes", s.own_bytes},
+          {"network_bytes_sent", s.sent_bytes}, {"network_bytes_received", s.received_bytes},
+          {"buffer_bytes", s.buffer_bytes}};
+}
+
 }  // namespace ckpt

@@ -20,10 +20,16 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/local_tier.h"
 
 namespace ckpt {
 
 nlohmann::json SaveStatsJson(const SaveStats& s);
 nlohmann::json LoadStatsJson(const LoadStats& s);
+// A local-tier save's figures (LocalSaveStats, local_tier.h): write_seconds,
+// replicate_seconds, commit_seconds, own_bytes, network_bytes_sent,
+// network_bytes_received, buffer_bytes. The callers add the iteration and the
+// total under their own names (CLI rows: blocking_/save_seconds; Python: seconds).
+nlohmann::json LocalSaveStatsJson(const LocalSaveStats& s);
 
 }  // namespace ckpt

@@ -63,6 +63,8 @@ auto RunWithoutGil(Fn fn, int rank, const std::string& op) {
 // `op` on `rank` (the caller's rank: errors never say "rank -1").
 ShardedStateDict StateOf(const pyb::list& tensors, const pyb::list& objects, int rank, const std::string& op);
 
+// A JSON object (the library's stats forms, stats_json.h) as a dict.
+pyb::dict DictOf(const nlohmann::json& j);
 pyb::dict ToDict(const SaveStats& s);
 pyb::dict ToDict(const LoadStats& s);
 pyb::dict ToDict(const AsyncStartStats& s);

@@ -11,6 +11,7 @@
 #include "ckpt/base/timeout.h"
 #include "ckpt/protocol/local_async.h"
 #include "ckpt/protocol/local_tier.h"
+#include "ckpt/protocol/stats_json.h"
 #include "py_comm.h"
 #include "py_state.h"
 
@@ -78,17 +79,9 @@ pyb::tuple LocalRestoreOf(const pyb::list& tensors, const pyb::list& objects, in
 }
 
 pyb::dict LocalStatsOf(const LocalSaveStats& st) {
-  pyb::dict d;
-  d["iteration"] = st.iteration;
-  d["own_bytes"] = st.own_bytes;
-  d["network_bytes_sent"] = st.sent_bytes;
-  d["network_bytes_received"] = st.received_bytes;
-  d["buffer_bytes"] = st.buffer_bytes;
-  d["write_seconds"] = st.write_seconds;
-  d["replicate_seconds"] = st.replicate_seconds;
-  d["commit_seconds"] = st.commit_seconds;
-  d["seconds"] = st.seconds;
-  return d;
+  nlohmann::json j = LocalSaveStatsJson(st);
+  j.update({{"iteration", st.iteration}, {"seconds", st.seconds}});
+  return DictOf(j);
 }
 
 pyb::object JobOf(const std::optional<LocalJobStats>& job) {
