@@ -51,7 +51,7 @@ SAN_EXCLUDE ?= H5py
 FUZZ_SECONDS ?= 120
 FUZZ_SEED ?= $(shell date +%s)
 
-.PHONY: all deps configure build demo demo-synthetic demo-cluster test bench clean install sanitize san-configure fuzz
+.PHONY: all deps configure build demo demo-synthetic demo-cluster test bench clean install sanitize san-configure san-build fuzz
 
 all: build
 
@@ -88,6 +88,11 @@ bench: build
 # Unit tests only (label "unit"; no mpirun campaign or integration tests).
 san-configure: deps
 	cmake -S . -B $(SAN_BUILD) $(SAN_FLAGS)
+
+# The sanitizer build alone (what make sanitize and make fuzz run); .ci/run
+# starts it beside make test's ctest, at idle priority.
+san-build: san-configure
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target ckpt_unit_tests ckpt_fuzz
 
 sanitize: san-configure
 	cmake --build $(SAN_BUILD) -j $(JOBS) --target ckpt_unit_tests

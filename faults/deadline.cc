@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "ckpt/protocol/checkpoint.h"
+#include "ckpt/protocol/save_progress.h"
 #include "ckpt/base/env.h"
 
 namespace ckpt::faults {
@@ -151,15 +152,13 @@ class Checker {
 
 }  // namespace
 
-constexpr double kRootCommitLookSeconds = 0.25;
-
 double BoundSeconds(const DeadlineScenario& sc, int64_t timeout_ms) {
   const Millis t(timeout_ms);
   if (sc.action == Action::kEio) return double(timeout_ms) / 2000.0;
   // A survivor whose wait for root's decision expires first looks on disk for
   // a commit root may have made (a committed save is never reported failed):
   // that look is part of its bound when root is the faulty rank.
-  if (sc.rank == 0) return double(DecisionTimeout(t).count()) / 1000.0 + 1.0 + kRootCommitLookSeconds;
+  if (sc.rank == 0) return double(DecisionTimeout(t).count() + kRootCommitLook.count()) / 1000.0 + 1.0;
   return double(t.count()) / 1000.0 + 1.0;
 }
 

@@ -79,15 +79,17 @@ class SaveRun {
   std::string DecideRound(VoteTally& tally, const std::vector<std::string>& msgs);  // rank 0
   // After a failed round: a committed save (root), a wait on disk for root's
   // outcome (my vote was sent), or the failure.
-  Result<std::string> RoundFailed(const Status& st, bool my_vote_ok, uint64_t root_bytes);
-  // Non-root, after its wait for rank 0's outcome timed out: rank 0 may
-  // still be writing (a bigger share than this rank's), so the deadline is
-  // per phase of work: while rank 0's file keeps growing, poll the disk until
-  // the iteration is visible (-> kOutcomeUnknown: rank 0 may have stopped
-  // before the root fsync that makes the rename durable, so "committed" would
-  // be a guess), the tmp dir is gone, or rank 0 made no progress for a whole
-  // deadline (-> `timed_out`).
-  Result<std::string> AwaitOutcomeOnDisk(const Status& timed_out, uint64_t root_bytes_at_vote);
+  Result<std::string> RoundFailed(const Status& st, bool my_vote_ok);
+  // Non-root, after its wait for rank 0's outcome timed out. Rank 0 answers
+  // the rounds while it writes its share, so its silence was the commit
+  // (manifest, rename, fsyncs) or a hang: poll the disk until the iteration
+  // is visible (-> kOutcomeUnknown: rank 0 may have stopped before the root
+  // fsync that makes the rename durable, so "committed" would be a guess),
+  // the tmp dir is gone, or rank 0's files did not change for kRootCommitLook
+  // from now (a change gives it a whole deadline more) (-> `timed_out`). The
+  // sizes are taken now, not at my vote: rank 0 finishing its share during the
+  // failed round is not progress of the commit.
+  Result<std::string> AwaitOutcomeOnDisk(const Status& timed_out);
   uint64_t RootFileBytes();
   std::string DecideCommit(const std::vector<std::string>& votes);  // rank 0
   Result<Manifest> MergeVotes(const std::vector<std::string>& votes);
@@ -259,9 +261,9 @@ uint64_t SaveRun::RootFileBytes() {
   return (info.ok() ? info->size : 0) + (manifest.ok() ? manifest->size : 0);
 }
 
-Result<std::string> SaveRun::AwaitOutcomeOnDisk(const Status& timed_out, uint64_t root_bytes_at_vote) {
-  uint64_t last = root_bytes_at_vote;
-  auto last_change = Clock::now() - opts_.timeout;  // the whole failed wait counts as a stall
+Result<std::string> SaveRun::AwaitOutcomeOnDisk(const Status& timed_out) {
+  uint64_t last = RootFileBytes();
+  auto last_change = Clock::now() - opts_.timeout + std::min(kRootCommitLook, opts_.timeout);
   auto committed = [&]() { return ReadManifest(storage_, opts_.iteration).ok(); };
   while (true) {
     if (committed())  // visible; whether rank 0 made it durable (root fsync) nobody told us
@@ -303,10 +305,10 @@ std::string SaveRun::DecideRound(VoteTally& tally, const std::vector<std::string
   return stalled_.ok() ? EncodeGoOn() : EncodeFinal(ErrMsg(stalled_));
 }
 
-Result<std::string> SaveRun::RoundFailed(const Status& st, bool my_vote_ok, uint64_t root_bytes) {
+Result<std::string> SaveRun::RoundFailed(const Status& st, bool my_vote_ok) {
   // Root committed, but a rank did not take the outcome (gone since its vote).
   if (committed_) return OkMsg(EncodeStatus(Warning("the outcome did not reach every rank", st)));
-  if (rank_ != 0 && st.code() == Code::kTimeout && my_vote_ok) return AwaitOutcomeOnDisk(st, root_bytes);
+  if (rank_ != 0 && st.code() == Code::kTimeout && my_vote_ok) return AwaitOutcomeOnDisk(st);
   return st;
 }
 
@@ -331,7 +333,6 @@ Result<std::string> SaveRun::WriteAndVote(const std::vector<int>& mine) {
   } join{writer, progress};
   VoteTally tally(comm_->size(), opts_.timeout, t0);  // rank 0's
   std::string vote;
-  uint64_t root_bytes = 0;
   Clock::time_point t_voted = t0;
   while (true) {
     const bool written =
@@ -342,7 +343,6 @@ Result<std::string> SaveRun::WriteAndVote(const std::vector<int>& mine) {
       Timed(Phase::kWrite, t0, t_written);
       vote_step_ = part.ok() ? Step("vote") : part.status();
       vote = vote_step_.ok() ? OkMsg(SerializeManifest(*part)) : ErrMsg(Mine(vote_step_, Phase::kWrite));
-      root_bytes = rank_ == 0 ? 0 : RootFileBytes();
       msg = EncodeVote(vote);
       t_voted = t_decide_ = Clock::now();
     }
@@ -356,7 +356,7 @@ Result<std::string> SaveRun::WriteAndVote(const std::vector<int>& mine) {
       Timed(Phase::kVote, t_voted, std::max(t_voted, t_decide_));
       Timed(Phase::kCommit, std::max(t_voted, t_decide_));
     }
-    if (!go_on.ok()) return RoundFailed(go_on.status(), !vote.empty() && DecodeOutcome(vote).ok(), root_bytes);
+    if (!go_on.ok()) return RoundFailed(go_on.status(), !vote.empty() && DecodeOutcome(vote).ok());
     return final_outcome;
   }
 }

@@ -46,6 +46,12 @@ namespace ckpt {
 // [1 ms, 1 s]. Root therefore hears from a live rank several times a deadline.
 Millis ProgressInterval(Millis timeout);
 
+// A non-root rank whose wait for root's decision expired (root commits inside
+// that wait: manifest, rename, fsyncs) looks on disk this long for root's files
+// to change before it reports the timeout; a change means root is still
+// working, and buys it another deadline (save.cc AwaitOutcomeOnDisk).
+inline constexpr Millis kRootCommitLook{250};
+
 // Forwards to `target`, counting every file operation that completed (open,
 // pwrite, pread, sync, truncate, close: a write of many small pieces and an
 // fsync that ends both move it). After Cancel() every further write fails

@@ -5,6 +5,7 @@
 // outcome, never "committed"; timeouts are checked as numbers.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -35,6 +36,7 @@ bool Has(const Status& s, const std::string& part) { return s.message().find(par
 struct RankResult {
   Status status;
   double seconds = 0;
+  Clock::time_point end;
 };
 
 // Saves rows [rows r, rows (r + 1)) of "w" (rows x 256 float32 per rank, in
@@ -68,6 +70,7 @@ std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, in
       }
       out[r].status = SaveCheckpoint(s.dict(), o).status();
       out[r].seconds = Since(t0);
+      out[r].end = Clock::now();
     });
   for (auto& t : threads) t.join();
   return out;
@@ -118,6 +121,30 @@ TEST(SaveProgress, UnconfirmedCommitPointIsAnUnknownOutcomeNotACommit) {
   EXPECT_EQ(res[1].status.code(), Code::kOutcomeUnknown) << res[1].status.ToString();
   EXPECT_TRUE(Has(res[1].status, "did not confirm that it is durable")) << res[1].status.ToString();
   EXPECT_TRUE(Has(res[1].status, "phase 'commit'")) << res[1].status.ToString();
+}
+
+// Rank 0 finishes its share after rank 1 voted (its pwrites are slow), then
+// hangs writing the manifest: rank 1 fails within DecisionTimeout + the
+// on-disk look (kRootCommitLook). Before: rank 1 compared root's file size with
+// the size at its own vote, took rank 0's last writes for commit progress and
+// waited a whole deadline more (4.5 s instead of 2.5 s under a 2 s deadline,
+// 1 run in 3: M121 failed its 3.75 s bound).
+TEST(SaveProgress, RootHungInTheCommitIsNamedWithinTheDecisionTimeoutAndTheLook) {
+  const std::string root = testing::ScratchDir("progress_roothang");
+  std::atomic<int64_t> hang_ns{0};
+  auto hook = [&](std::string_view step, int rank) {
+    if (step == "manifest_write" && rank == 0) {
+      hang_ns = Clock::now().time_since_epoch().count();
+      std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+    }
+    return Status::Ok();
+  };
+  auto res =
+      SaveWithFaults(root, 7, 2, 8, Millis(1000), {"point=env.pwrite rank=0 action=delay ms=150 persistent"}, hook);
+  ASSERT_NE(hang_ns.load(), 0) << "rank 0 never reached the commit: the test proves nothing";
+  EXPECT_EQ(res[1].status.code(), Code::kTimeout) << res[1].status.ToString();
+  const double after_hang = double(res[1].end.time_since_epoch().count() - hang_ns.load()) / 1e9;
+  EXPECT_LT(after_hang, 1.25 + 0.25 + 0.45) << "rank 1 waited on root's disk past the look";
 }
 
 // Item 4: the root fsync fails: every rank reports kOutcomeUnknown (the
