@@ -60,7 +60,8 @@ VOLATILE = {
     "M118": {"steps_before_read", "nc.steps_before_read", "overlap_min_wait_ms", "crash_fired", "crash_tmp_dirs",
              "nc.tensors_differing", "nc.tensors_compared", "nc.max_ulp", "nc.objects_differing", "nc.hash_mismatch",
              "nc.verify_ok", "nc.resume_refusal"},
-    "M121": {"latency_min_s", "latency_max_s", "nc.seconds_until_killed", "nc.processes_killed"},
+    "M121": {"latency_min_s", "latency_max_s", "latency_max_root_s", "latency_max_other_s", "nc.seconds_until_killed",
+             "nc.processes_killed"},
     "M111": {"nc.nobal_save_s", "bal_save_s"},
     "M117": {"nc.value_read"},
     # M115: what the surviving rank had written when its peer crashed depends on scheduling (the atomic
