@@ -39,9 +39,31 @@ struct RankResult {
   Clock::time_point end;
 };
 
+// Makes File::Sync and Env::SyncDir succeed at once. The tests below judge
+// deadlines of 1 s against one rank's injected delays; a healthy rank's real
+// fsync is not what they test, yet it took over 1 s while CI compiled beside
+// them (ext4 commits the journal with the other writers' data), and the save
+// then rightly named that healthy rank as stalled.
+class NoSyncEnv final : public EnvWrapper {
+ public:
+  using EnvWrapper::EnvWrapper;
+  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m, const OpenOptions& o = {}) override {
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> f, target()->OpenFile(p, m, o));
+    return std::unique_ptr<File>(new NoSyncFile(std::move(f)));
+  }
+  Status SyncDir(const std::string&) override { return Status::Ok(); }
+
+ private:
+  struct NoSyncFile final : FileWrapper {
+    using FileWrapper::FileWrapper;
+    Status Sync() override { return Status::Ok(); }
+  };
+};
+
 // Saves rows [rows r, rows (r + 1)) of "w" (rows x 256 float32 per rank, in
 // 4 KiB chunks) from `n` thread-ranks; rank r's IO goes through the fault plan
-// plans[r] (empty: none); `hook` (if set) runs at every protocol step.
+// plans[r] (empty: none) over a NoSyncEnv; `hook` (if set) runs at every
+// protocol step.
 std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, int n, int64_t rows, Millis timeout,
                                        const std::vector<std::string>& plans, const StepHook& hook = nullptr) {
   auto comms = MakeThreadComms(n);
@@ -60,12 +82,14 @@ std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, in
       o.write.chunk_bytes = 4096;
       o.write.direct_io = false;
       o.hook = hook;
+      NoSyncEnv nosync(DefaultEnv());
+      o.env = &nosync;
       std::unique_ptr<faults::FaultEnv> fenv;
       if (r < int(plans.size()) && !plans[r].empty()) {
         faults::FaultEnv::Options fo;
         fo.rank = r;
         fo.plan = *faults::ParseFaultPlan(plans[r]);
-        fenv = std::make_unique<faults::FaultEnv>(DefaultEnv(), std::move(fo));
+        fenv = std::make_unique<faults::FaultEnv>(&nosync, std::move(fo));
         o.env = fenv.get();
       }
       out[r].status = SaveCheckpoint(s.dict(), o).status();
@@ -84,7 +108,8 @@ std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, in
 // operation outlasts the deadline is rightly named as stalled.
 TEST(SaveProgress, SlowButSteadyNonRootWriterCommits) {
   const std::string root = testing::ScratchDir("progress_slow");
-  auto res = SaveWithFaults(root, 7, 2, 64, Millis(1000), {"", "point=env.pwrite rank=1 action=delay ms=250 persistent"});
+  auto res =
+      SaveWithFaults(root, 7, 2, 64, Millis(1000), {"", "point=env.pwrite rank=1 action=delay ms=250 persistent"});
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(res[r].status.ok()) << "rank " << r << ": " << res[r].status.ToString();
   EXPECT_GT(res[1].seconds, 3.0) << "the slow writer was not slow: the test proves nothing";
   EXPECT_TRUE(fs::exists(root + "/" + IterDirName(7)));
