@@ -54,9 +54,10 @@ SAN_EXCLUDE ?= H5py|s3_radosgw
 # The tests' MPI processes take OpenMPI's ob1 messaging layer at once. Left to
 # choose, every MPI_Init (a singleton `ckpt save` too) first opens the cm
 # layer's PSM/PSM2 transports, finds no such hardware after ~0.2 s and selects
-# ob1 anyway. Measured 2026-12-05: a singleton tiny save 0.55 -> 0.34 s, ctest
+# ob1 anyway. Measured 2026-12-05, quiet: a singleton tiny save 0.55 -> 0.34 s, ctest
 # exit_codes 18.6 -> 11.8 s, hostile_manifests 25.3 -> 16.3 s. An OMPI_MCA_pml
-# already set is kept. Users' own jobs are left to OpenMPI's choice.
+# already set is kept. Users' own jobs are left to OpenMPI's choice. In CI's
+# CPU-bound middle part it saves nothing measurable (docs/DESIGN.md "CI time").
 TEST_ENV = OMPI_MCA_pml=$${OMPI_MCA_pml:-ob1}
 
 FUZZ_SECONDS ?= 120

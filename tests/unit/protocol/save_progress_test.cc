@@ -41,9 +41,11 @@ struct RankResult {
 
 // Makes File::Sync and Env::SyncDir succeed at once. The tests below judge
 // deadlines of 1 s against one rank's injected delays; a healthy rank's real
-// fsync is not what they test, yet it took over 1 s while CI compiled beside
-// them (ext4 commits the journal with the other writers' data), and the save
-// then rightly named that healthy rank as stalled.
+// fsync is not what they test. In CI, with the sanitizer build writing beside
+// them, the healthy rank 0's own writes stopped for over 1 s (most likely its
+// fsync: ext4 commits the journal with the other writers' data), and the save
+// rightly named rank 0 as stalled. Not reproduced here under a dd conv=fsync
+// writer and busy loops (5/5 passes before and after).
 class NoSyncEnv final : public EnvWrapper {
  public:
   using EnvWrapper::EnvWrapper;
