@@ -39,33 +39,17 @@ struct RankResult {
   Clock::time_point end;
 };
 
-// Makes File::Sync and Env::SyncDir succeed at once. The tests below judge
+// Saves rows [rows r, rows (r + 1)) of "w" (rows x 256 float32 per rank, in
+// 4 KiB chunks) from `n` thread-ranks; rank r's IO goes through the fault plan
+// plans[r] (empty: none); `hook` (if set) runs at every protocol step.
+// Every rank's File::Sync and Env::SyncDir succeed at once (the plan's nosync
+// switch; an injected env.fsync fault still fires first). The tests below judge
 // deadlines of 1 s against one rank's injected delays; a healthy rank's real
 // fsync is not what they test. In CI, with the sanitizer build writing beside
 // them, the healthy rank 0's own writes stopped for over 1 s (most likely its
 // fsync: ext4 commits the journal with the other writers' data), and the save
 // rightly named rank 0 as stalled. Not reproduced here under a dd conv=fsync
 // writer and busy loops (5/5 passes before and after).
-class NoSyncEnv final : public EnvWrapper {
- public:
-  using EnvWrapper::EnvWrapper;
-  Result<std::unique_ptr<File>> OpenFile(const std::string& p, OpenMode m, const OpenOptions& o = {}) override {
-    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> f, target()->OpenFile(p, m, o));
-    return std::unique_ptr<File>(new NoSyncFile(std::move(f)));
-  }
-  Status SyncDir(const std::string&) override { return Status::Ok(); }
-
- private:
-  struct NoSyncFile final : FileWrapper {
-    using FileWrapper::FileWrapper;
-    Status Sync() override { return Status::Ok(); }
-  };
-};
-
-// Saves rows [rows r, rows (r + 1)) of "w" (rows x 256 float32 per rank, in
-// 4 KiB chunks) from `n` thread-ranks; rank r's IO goes through the fault plan
-// plans[r] (empty: none) over a NoSyncEnv; `hook` (if set) runs at every
-// protocol step.
 std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, int n, int64_t rows, Millis timeout,
                                        const std::vector<std::string>& plans, const StepHook& hook = nullptr) {
   auto comms = MakeThreadComms(n);
@@ -84,16 +68,12 @@ std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, in
       o.write.chunk_bytes = 4096;
       o.write.direct_io = false;
       o.hook = hook;
-      NoSyncEnv nosync(DefaultEnv());
-      o.env = &nosync;
-      std::unique_ptr<faults::FaultEnv> fenv;
-      if (r < int(plans.size()) && !plans[r].empty()) {
-        faults::FaultEnv::Options fo;
-        fo.rank = r;
-        fo.plan = *faults::ParseFaultPlan(plans[r]);
-        fenv = std::make_unique<faults::FaultEnv>(&nosync, std::move(fo));
-        o.env = fenv.get();
-      }
+      faults::FaultEnv::Options fo;
+      fo.rank = r;
+      if (r < int(plans.size()) && !plans[r].empty()) fo.plan = *faults::ParseFaultPlan(plans[r]);
+      fo.plan.disable_sync = true;
+      faults::FaultEnv fenv(DefaultEnv(), std::move(fo));
+      o.env = &fenv;
       out[r].status = SaveCheckpoint(s.dict(), o).status();
       out[r].seconds = Since(t0);
       out[r].end = Clock::now();
