@@ -234,9 +234,9 @@ herr_t CollectError(unsigned, const H5E_error2_t* e, void* out) {
 
 }  // namespace
 
-std::unique_lock<std::recursive_mutex> LockHdf5() {
-  static std::recursive_mutex mu;
-  return std::unique_lock<std::recursive_mutex>(mu);
+std::unique_lock<FairRecursiveMutex> LockHdf5() {
+  static FairRecursiveMutex mu;
+  return std::unique_lock<FairRecursiveMutex>(mu);
 }
 
 Status InitHdf5() {

@@ -21,7 +21,9 @@
 //
 // Thread-safety: HDF5 (serial build) is not thread-safe. Every HDF5 call in
 // the process must hold LockHdf5(). The lock is recursive, so helpers here
-// and Hid's destructor take it themselves and may be called with it held.
+// and Hid's destructor take it themselves and may be called with it held; it
+// is fair (base/fair_mutex.h: waiters in arrival order), so a thread whose
+// writes are slow cannot keep it from another thread for more than one hold.
 // Driver callbacks run inside HDF5 calls, i.e. under the lock.
 #pragma once
 
@@ -33,12 +35,13 @@
 #include <vector>
 
 #include "ckpt/base/env.h"
+#include "ckpt/base/fair_mutex.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
 
-// The process-wide HDF5 lock (recursive).
-std::unique_lock<std::recursive_mutex> LockHdf5();
+// The process-wide HDF5 lock (recursive, fair).
+std::unique_lock<FairRecursiveMutex> LockHdf5();
 
 // Opens the library, registers the Env driver and filter 32015 (zstd), and
 // disables HDF5's automatic error printing. Idempotent, thread-safe; every

@@ -43,13 +43,16 @@ struct RankResult {
 // 4 KiB chunks) from `n` thread-ranks; rank r's IO goes through the fault plan
 // plans[r] (empty: none); `hook` (if set) runs at every protocol step.
 // Every rank's File::Sync and Env::SyncDir succeed at once (the plan's nosync
-// switch; an injected env.fsync fault still fires first). The tests below judge
-// deadlines of 1 s against one rank's injected delays; a healthy rank's real
-// fsync is not what they test. In CI, with the sanitizer build writing beside
-// them, the healthy rank 0's own writes stopped for over 1 s (most likely its
-// fsync: ext4 commits the journal with the other writers' data), and the save
-// rightly named rank 0 as stalled. Not reproduced here under a dd conv=fsync
-// writer and busy loops (5/5 passes before and after).
+// switch; an injected env.fsync fault still fires first): the tests below
+// judge deadlines of 1 s against one rank's injected delays, not a healthy
+// rank's real fsync.
+// Threads as ranks share the process-wide HDF5 lock (format/hdf5_vfd.h), and
+// a rank holds it across each of its pwrites, injected delay included: a
+// slow rank delays the others' HDF5 calls by up to one of its writes each.
+// CI failed twice with the healthy rank 0 named as stalled after ~1.25 s:
+// the lock was then a std::recursive_mutex, and the slow rank, unlocking and
+// locking again at once, kept it for 5 writes in a row (the log shows rank 1's
+// pwrites #1-#5 and nothing from rank 0). The lock is now fair.
 std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, int n, int64_t rows, Millis timeout,
                                        const std::vector<std::string>& plans, const StepHook& hook = nullptr) {
   auto comms = MakeThreadComms(n);
@@ -82,8 +85,12 @@ std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, in
   return out;
 }
 
-// Item 3: rank 1 writes ~20 pieces at 250 ms each (~5 s, over 5 deadlines of
+// Item 3: rank 1 writes ~50 pieces at 100 ms each (~5 s, over 5 deadlines of
 // 1 s) while making progress all the time: the save commits on every rank.
+// Rank 0 waits up to 100 ms for the HDF5 lock at each of its HDF5 calls (see
+// SaveWithFaults); at most ~5 such calls lie between two of its counted file
+// operations (open to the first chunk), so its count moves well within 1 s.
+// The delay was 250 ms per write: 5 calls of waiting then came to 1.25 s.
 // Before: rank 0 waited one deadline in the vote gather and failed naming rank 1.
 // The deadline is 1 s, not less: a healthy rank's single file operation (its
 // fsync) took over 300 ms on a loaded 2-core CI machine, and a rank whose one
@@ -91,7 +98,7 @@ std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, in
 TEST(SaveProgress, SlowButSteadyNonRootWriterCommits) {
   const std::string root = testing::ScratchDir("progress_slow");
   auto res =
-      SaveWithFaults(root, 7, 2, 64, Millis(1000), {"", "point=env.pwrite rank=1 action=delay ms=250 persistent"});
+      SaveWithFaults(root, 7, 2, 192, Millis(1000), {"", "point=env.pwrite rank=1 action=delay ms=100 persistent"});
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(res[r].status.ok()) << "rank " << r << ": " << res[r].status.ToString();
   EXPECT_GT(res[1].seconds, 3.0) << "the slow writer was not slow: the test proves nothing";
   EXPECT_TRUE(fs::exists(root + "/" + IterDirName(7)));
