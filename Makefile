@@ -29,7 +29,9 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON \
 	-DCMAKE_CXX_FLAGS_RELWITHDEBINFO='-O2 -g1 -DNDEBUG' -DCMAKE_C_FLAGS_RELWITHDEBINFO='-O2 -g1 -DNDEBUG'
 
 PREFIX ?= /usr/local
-# Sanitizer build (make sanitize): its own build dir, ccache when present.
+# Sanitizer build (make sanitize): its own build dir, ccache when present (told
+# to cache the unit tests, which use a precompiled header: tests/CMakeLists.txt
+# CKPT_UNIT_TEST_PCH; without that sloppiness ccache compiles them every time).
 SAN_BUILD ?= build-asan
 SANITIZE ?= address,undefined
 CCACHE := $(shell command -v ccache 2>/dev/null)
@@ -38,7 +40,8 @@ CCACHE := $(shell command -v ccache 2>/dev/null)
 # outweighs the slower unit tests (docs/DESIGN.md "CI time").
 SAN_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON -DCKPT_SANITIZE=$(SANITIZE) \
 	-DCMAKE_CXX_FLAGS_RELWITHDEBINFO='-O0 -g1 -DNDEBUG' -DCMAKE_C_FLAGS_RELWITHDEBINFO='-O0 -g1 -DNDEBUG' \
-	$(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
+	$(if $(CCACHE),'-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_SLOPPINESS=pch_defines,time_macros;$(CCACHE)' \
+		-DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 SAN_ENV = ASAN_OPTIONS=detect_leaks=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

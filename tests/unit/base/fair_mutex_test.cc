@@ -1,14 +1,14 @@
 // FairRecursiveMutex (base/fair_mutex.h): a waiter gets the lock after the
 // holds queued before it, even against a thread that unlocks and locks again
 // at once; the owner may lock again.
-#include "ckpt/base/fair_mutex.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
+
+#include "ckpt/base/fair_mutex.h"
 
 namespace ckpt {
 namespace {
