@@ -3,9 +3,9 @@
 // s3://bucket/prefix root as they take a path, and `ckpt save/load/verify/
 // inspect/fingerprint/diff/reshard/convert` do too. The bytes are the same
 // as a POSIX save's (fingerprint equal), reshard POSIX -> S3 and S3 -> POSIX
-// keeps the fingerprint, and an unreachable endpoint fails with exit 2
-// naming the URL, never the secret. The backend's own protocol tests are
-// s3_storage_test / s3_conformance_test.
+// keeps the fingerprint, `ckpt train` saves and resumes there bitwise, and
+// an unreachable endpoint fails with exit 2 naming the URL, never the secret.
+// The backend's own protocol tests are s3_storage_test / s3_conformance_test.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -150,6 +150,35 @@ TEST_F(S3ToolsTest, CliToolsTakeS3Roots) {
   EXPECT_EQ(FirstLine(r.out), FirstLine(fp.out));
   r = RunCkpt("convert " + s3a + " " + dir + "/hf --to hf");
   EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// `ckpt train` on an s3:// root: a job saves at 2 and stops; a second job
+// resumes from the bucket and saves at 4. Its iteration 4 is bitwise the
+// iteration 4 of one uninterrupted job on a path (fingerprint equal). A fresh
+// run into that bucket prefix is refused at start-up, as on a path (its saves
+// would not be 'latest').
+TEST_F(S3ToolsTest, TrainSavesAndResumesOnAnS3RootAsOnAPath) {
+  using testing::RunCkpt;
+  const std::string s3 = "s3://ckpt-test/train/a";
+  const std::string posix = testing::ScratchDir("s3tools_train") + "/posix";
+  const std::string train = "train --layout tp=1 --model tiny --save-every 2 --root ";
+  auto r = RunCkpt(train + posix + " --steps 4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = RunCkpt(train + s3 + " --steps 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = RunCkpt(train + s3 + " --steps 4 --resume");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = RunCkpt("inspect " + s3);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("iteration 4"), std::string::npos) << r.out;
+  auto fp = RunCkpt("fingerprint " + posix);
+  ASSERT_EQ(fp.code, 0) << fp.out;
+  r = RunCkpt("fingerprint " + s3);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(FirstLine(r.out), FirstLine(fp.out)) << "the resumed job on S3 is not bitwise the uninterrupted one";
+  r = RunCkpt(train + s3 + " --steps 2");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("already holds iteration 4"), std::string::npos) << r.out;
 }
 
 // An endpoint nobody answers: exit 2, the message names the URL and never
