@@ -48,6 +48,13 @@ class S3ToolsTest : public testing::S3ServerSuite<S3TestServer::Kind::kS3rver> {
     s->Add(Desc("b", DType::kBFloat16, {300}, {0}, {300}), fill);
   }
   static std::string FirstLine(const std::string& out) { return out.substr(0, out.find('\n')); }
+  // The first line of `ckpt fingerprint root` (the digest); a failed command
+  // fails the test here and returns its output, which equals no digest.
+  static std::string FingerprintOf(const std::string& root) {
+    auto r = testing::RunCkpt("fingerprint " + root);
+    EXPECT_EQ(r.code, 0) << root << ": " << r.out;
+    return r.code == 0 ? FirstLine(r.out) : "failed: " + r.out;
+  }
 };
 
 // SaveCheckpoint / LoadCheckpoint / LatestIteration / VerifyCheckpoint /
@@ -130,24 +137,17 @@ TEST_F(S3ToolsTest, CliToolsTakeS3Roots) {
   r = RunCkpt("inspect " + s3a);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("iteration 5"), std::string::npos) << r.out;
-  auto fp = RunCkpt("fingerprint " + posix);
-  ASSERT_EQ(fp.code, 0) << fp.out;
-  r = RunCkpt("fingerprint " + s3a);
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(FirstLine(r.out), FirstLine(fp.out));  // the same bytes as a POSIX save
+  const std::string fp = FingerprintOf(posix);
+  EXPECT_EQ(FingerprintOf(s3a), fp);  // the same bytes as a POSIX save
   r = RunCkpt("diff " + s3a + " " + posix);
   EXPECT_EQ(r.code, 0) << r.out;
   // POSIX -> S3 -> POSIX through reshard, each fingerprint-equal to the source.
   r = RunCkpt("reshard " + posix + " " + s3b + " --to tp=2");
   ASSERT_EQ(r.code, 0) << r.out;
-  r = RunCkpt("fingerprint " + s3b);
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(FirstLine(r.out), FirstLine(fp.out));
+  EXPECT_EQ(FingerprintOf(s3b), fp);
   r = RunCkpt("reshard " + s3b + " " + back + " --to tp=1");
   ASSERT_EQ(r.code, 0) << r.out;
-  r = RunCkpt("fingerprint " + back);
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(FirstLine(r.out), FirstLine(fp.out));
+  EXPECT_EQ(FingerprintOf(back), fp);
   r = RunCkpt("convert " + s3a + " " + dir + "/hf --to hf");
   EXPECT_EQ(r.code, 0) << r.out;
 }
@@ -171,11 +171,7 @@ TEST_F(S3ToolsTest, TrainSavesAndResumesOnAnS3RootAsOnAPath) {
   r = RunCkpt("inspect " + s3);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("iteration 4"), std::string::npos) << r.out;
-  auto fp = RunCkpt("fingerprint " + posix);
-  ASSERT_EQ(fp.code, 0) << fp.out;
-  r = RunCkpt("fingerprint " + s3);
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(FirstLine(r.out), FirstLine(fp.out)) << "the resumed job on S3 is not bitwise the uninterrupted one";
+  EXPECT_EQ(FingerprintOf(s3), FingerprintOf(posix)) << "the resumed job on S3 is not bitwise the uninterrupted one";
   r = RunCkpt(train + s3 + " --steps 2");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("already holds iteration 4"), std::string::npos) << r.out;
