@@ -88,9 +88,11 @@ std::vector<RankResult> SaveWithFaults(const std::string& root, int64_t iter, in
 // Item 3: rank 1 writes ~50 pieces at 100 ms each (~5 s, over 5 deadlines of
 // 1 s) while making progress all the time: the save commits on every rank.
 // Rank 0 waits up to 100 ms for the HDF5 lock at each of its HDF5 calls (see
-// SaveWithFaults); at most ~5 such calls lie between two of its counted file
-// operations (open to the first chunk), so its count moves well within 1 s.
-// The delay was 250 ms per write: 5 calls of waiting then came to 1.25 s.
+// SaveWithFaults). About 5 such calls lie between two of its counted file
+// operations (from the open: InitHdf5, the access list, H5Fcreate, the dataset,
+// the first chunk; counted in the code, not measured), so its count moves
+// within ~0.5 s. At the old 250 ms per write, 5 waits would reach 1.25 s even
+// with the fair lock.
 // Before: rank 0 waited one deadline in the vote gather and failed naming rank 1.
 // The deadline is 1 s, not less: a healthy rank's single file operation (its
 // fsync) took over 300 ms on a loaded 2-core CI machine, and a rank whose one
