@@ -58,7 +58,7 @@ class FairRecursiveMutex {
   uint64_t next_ticket_ = 0;  // the ticket the next waiter draws
   uint64_t serving_ = 0;      // the ticket that may hold the lock now
   std::thread::id owner_;
-  int depth_ = 0;  // re-entrant locks by owner_; 0: free
+  int depth_ = 0;  // locks owner_ holds, the first one included; 0: free (owner_ unset)
 };
 
 }  // namespace ckpt
